@@ -1,0 +1,147 @@
+"""The ``autograder`` command line (the contract in DESIGN.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .course import Course, CourseError, available_assignments
+
+
+def _course(args) -> Course:
+    return Course(args.course)
+
+
+def cmd_init(args) -> int:
+    course = _course(args)
+    course.init()
+    print(f"Course workspace ready: {course.root}")
+    print(f"Assignments: {', '.join(available_assignments(course.assignments_dir)) or 'none'}")
+    print(f"Next: autograder release NAME --course {course.root}")
+    return 0
+
+
+def cmd_release(args) -> int:
+    course = _course(args)
+    if not (course.root / "nbgrader_config.py").exists():
+        course.init()
+    names = available_assignments(course.assignments_dir) if args.all else [args.name]
+    if not names or names == [None]:
+        raise CourseError("name an assignment or pass --all")
+    for name in names:
+        print(f"Released {name}: {course.release(name)}")
+    return 0
+
+
+def cmd_grade(args) -> int:
+    from .grade import grade
+
+    course = _course(args)
+    result = grade(course, args.name, students=args.student, workers=args.workers,
+                   scheduler=args.scheduler, force=args.force, progress=not args.quiet,
+                   cell_timeout=args.cell_timeout)
+    print(f"Graded {len(result['graded'])}, already graded {len(result['skipped'])} "
+          f"(use --force to grade again). Isolation: {result['isolation']}")
+    print(f"Next: autograder report {args.name}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from . import report
+
+    records = report.collect(_course(args), args.name)
+    if args.format == "json":
+        print(report.as_json(records))
+    elif args.format == "csv":
+        print(report.as_csv(records), end="")
+    else:
+        print(report.as_table(records) if records else "No graded submissions yet.")
+    if args.plot:
+        report.plot(records, args.plot)
+        print(f"Plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def cmd_feedback(args) -> int:
+    course = _course(args)
+    course.require()
+    result = course.nbgrader_api().generate_feedback(args.name, force=True)
+    if not result.get("success"):
+        raise CourseError(f"nbgrader generate_feedback failed:\n{result.get('error') or result.get('log')}")
+    print(f"Feedback written under {course.path('feedback')}")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from .validate import validate
+
+    names = [args.name] if args.name else available_assignments(Course().assignments_dir)
+    ok = validate(names, workers=args.workers)
+    print("\nvalidate: all expectations hold" if ok else "\nvalidate: SOME EXPECTATIONS FAILED")
+    return 0 if ok else 1
+
+
+def cmd_demo(args) -> int:
+    from .demo import demo
+
+    root = demo(args.dir, assignments=args.assignment, workers=args.workers)
+    print(f"\nDemo finished. Workspace and reports: {root}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="autograder", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name, func, help_text):
+        p = sub.add_parser(name, help=help_text)
+        p.set_defaults(func=func)
+        if name not in ("validate", "demo"):
+            p.add_argument("--course", type=Path, default=None,
+                           help="course workspace (default: course-workspace/ in the checkout)")
+        return p
+
+    add("init", cmd_init, "create a course workspace wired to assignments/")
+    p = add("release", cmd_release, "student versions of assignments")
+    p.add_argument("name", nargs="?")
+    p.add_argument("--all", action="store_true")
+    p = add("grade", cmd_grade, "grade submissions")
+    p.add_argument("name")
+    p.add_argument("--student", action="append", help="only this student (repeatable)")
+    p.add_argument("--workers", type=int, default=None, help="parallel kernels (default: cores)")
+    p.add_argument("--scheduler", default=None, help="Dask scheduler address, e.g. tcp://host:8786")
+    p.add_argument("--force", action="store_true", help="grade again submissions already graded")
+    p.add_argument("--cell-timeout", type=float, default=None, help="override seconds per cell")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p = add("report", cmd_report, "scores and item analysis")
+    p.add_argument("name")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument("--plot", type=Path, default=None, help="write a PNG plot here")
+    p = add("feedback", cmd_feedback, "HTML feedback for every graded student (nbgrader)")
+    p.add_argument("name")
+    p = add("validate", cmd_validate, "solution full marks, stub zero, every mutant caught")
+    p.add_argument("name", nargs="?")
+    p.add_argument("--workers", type=int, default=None)
+    p = add("demo", cmd_demo, "the whole loop end to end on a throwaway course")
+    p.add_argument("--dir", default=None, help="where to put the demo course (default: a temp dir)")
+    p.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
+    p.add_argument("--workers", type=int, default=2)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CourseError as exc:
+        print(f"autograder: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nautograder: interrupted; run the same command again to finish the rest",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

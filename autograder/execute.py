@@ -1,0 +1,270 @@
+"""Run a submitted notebook in a fresh, sandboxed kernel, and keep it alive for the checks.
+
+:class:`KernelSession` owns one kernel for one submission:
+
+* :meth:`KernelSession.run_notebook` executes the code cells in order with a
+  per-cell time limit and a per-submission deadline. A cell that times out is
+  interrupted; a cell that kills the kernel (``sys.exit`` in a scratch cell,
+  ``os._exit``, the memory cap) is recorded, the kernel is restarted and the
+  cells that had worked are replayed, so one bad cell costs only what depends on it.
+* :meth:`KernelSession.request` is the transport used by the trusted checks
+  (:mod:`autograder.protocol`): it runs ``__autograder__.handle(path)`` in the
+  kernel and waits for the reply with its own time limit.
+
+Every event (time-outs, restarts, truncated output) is kept in ``events`` for the report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import nbformat
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_core.utils import run_sync
+from nbclient import NotebookClient
+from nbclient.exceptions import DeadKernelError
+
+from .sandbox import Limits, hand_over, kernel_environment, wrap_command
+
+#: Marks a cell in the notebook as not executed while grading (widgets, long demos).
+SKIP_TAG = "skip-grading"
+MAX_OUTPUT_CHARS = 20_000
+_TIMEOUT_ENAME = "CellTimeoutError"
+
+
+class SandboxedKernelManager(AsyncKernelManager):
+    """A KernelManager whose kernel command runs inside :func:`autograder.sandbox.wrap_command`."""
+
+    def __init__(self, *args, workdir: Path, limits: Limits, slot: int, hidden, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._workdir, self._limits, self._slot, self._hidden = workdir, limits, slot, hidden
+
+    def write_connection_file(self, **kwargs):
+        super().write_connection_file(**kwargs)
+        # The file holds the session key: readable by the sandbox's uid only.
+        hand_over(Path(self.connection_file), self._slot)
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        cmd = super().format_kernel_cmd(extra_arguments)
+        return wrap_command(cmd, self._workdir, self._limits, self._slot, self._hidden)
+
+
+class _CappedClient(NotebookClient):
+    """nbclient that stops storing a cell's output past ``MAX_OUTPUT_CHARS``."""
+
+    def output(self, outs, msg, display_id, cell_index):
+        size = sum(len(str(o.get("text", ""))) + len(str(o.get("data", ""))) for o in outs)
+        if size > MAX_OUTPUT_CHARS:
+            if not outs or outs[-1].get("name") != "truncated":
+                outs.append(
+                    nbformat.v4.new_output(
+                        "stream", name="truncated", text="\n[output truncated by the autograder]\n"
+                    )
+                )
+            return None
+        return super().output(outs, msg, display_id, cell_index)
+
+
+class KernelSession:
+    """One sandboxed kernel for one submission, used first to run it, then to check it."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        cell_timeout: float = 60,
+        submission_timeout: float = 600,
+        limits: Limits | None = None,
+        slot: int = 0,
+        hidden: tuple[Path, ...] = (),
+        max_restarts: int = 2,
+    ):
+        self.workdir = Path(workdir)
+        self.cell_timeout = cell_timeout
+        self.deadline = time.monotonic() + submission_timeout
+        self.limits = limits or Limits()
+        self.slot = slot
+        self.hidden = hidden
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self.events: list[str] = []
+        self.km: SandboxedKernelManager | None = None
+        self.client: _CappedClient | None = None
+        self._good_cells: list[int] = []
+        self._bridge_source: str | None = None
+
+    # -- kernel life cycle -----------------------------------------------------
+    def start(self, nb: nbformat.NotebookNode) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        # The kernel may run under an unprivileged uid of its own: let it write here.
+        hand_over(self.workdir, self.slot)
+        self.km = SandboxedKernelManager(
+            kernel_name="python3",
+            workdir=self.workdir,
+            limits=self.limits,
+            slot=self.slot,
+            hidden=self.hidden,
+            transport="ipc",
+            ip=str(self.workdir / ".kernel-ipc"),
+        )
+        self.km.connection_file = str(self.workdir / ".kernel-connection.json")
+        # Signals cannot cross into the sandbox's PID namespace: interrupt through
+        # the control channel instead, and ipykernel signals itself.
+        self.km.kernel_spec.interrupt_mode = "message"
+        # The kernel's own console chatter is of no use to anyone grading.
+        run_sync(self.km.start_kernel)(env=kernel_environment(self.workdir), cwd=str(self.workdir),
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.client = _CappedClient(
+            nb,
+            km=self.km,
+            timeout=self.cell_timeout,
+            startup_timeout=120,
+            allow_errors=True,
+            interrupt_on_timeout=True,
+            error_on_timeout={
+                "ename": _TIMEOUT_ENAME,
+                "evalue": f"cell stopped after the {self.cell_timeout:g}s time limit",
+                "traceback": [],
+            },
+            record_timing=False,
+            resources={"metadata": {"path": str(self.workdir)}},
+        )
+        self.client.start_new_kernel_client()
+
+    def shutdown(self) -> None:
+        if self.client is not None and self.client.kc is not None:
+            with contextlib.suppress(Exception):
+                self.client.kc.stop_channels()
+        if self.km is not None:
+            with contextlib.suppress(Exception):
+                run_sync(self.km.shutdown_kernel)(now=True)
+            with contextlib.suppress(Exception):
+                run_sync(self.km.cleanup_resources)()
+        self.km = self.client = None
+
+    def alive(self) -> bool:
+        return self.km is not None and run_sync(self.km.is_alive)()
+
+    def _restart(self, nb: nbformat.NotebookNode, reason: str) -> bool:
+        """Fresh kernel, then replay the cells that had worked. False if out of restarts."""
+        if self.restarts >= self.max_restarts or self.remaining() <= 0:
+            self.events.append(f"kernel not restarted after: {reason}")
+            return False
+        self.restarts += 1
+        self.events.append(f"kernel restarted ({reason}); replaying {len(self._good_cells)} cells")
+        self.shutdown()
+        # Replay on a copy: the outputs that count are the ones already recorded.
+        replay = copy.deepcopy(nb)
+        self.start(replay)
+        for index in self._good_cells:
+            try:
+                self.client.execute_cell(replay.cells[index], index)
+            except DeadKernelError:
+                self.events.append("kernel died again during replay")
+                return False
+        if self._bridge_source is not None:
+            self.install_bridge(self._bridge_source)
+        return True
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    # -- running the notebook ----------------------------------------------------
+    def run_notebook(self, nb: nbformat.NotebookNode, skip=lambda cell: False) -> None:
+        """Execute every code cell (except ``skip(cell)``), in place, never raising."""
+        self.start(nb)
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code" or skip(cell) or SKIP_TAG in cell.metadata.get("tags", []):
+                continue
+            label = f"cell {index + 1}"
+            if self.remaining() <= 0:
+                self.events.append(f"{label} not run: the submission's time limit was reached")
+                continue
+            self.client.timeout = max(1, int(min(self.cell_timeout, self.remaining())))
+            started = time.monotonic()
+            try:
+                self.client.execute_cell(cell, index)
+            except DeadKernelError:
+                self.events.append(f"{label} stopped the kernel (exit, crash or memory limit)")
+                if not self._restart(nb, f"{label} stopped it"):
+                    break
+                continue
+            errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+            if time.monotonic() - started >= self.client.timeout:
+                self.events.append(f"{label} exceeded the {self.cell_timeout:g}s time limit")
+                if not self._responsive() and not self._restart(nb, f"{label} would not stop"):
+                    break
+                continue
+            if errors:
+                self.events.append(f"{label} raised {errors[0].get('ename')}: {errors[0].get('evalue')}"[:300])
+                continue
+            self._good_cells.append(index)
+
+    def _responsive(self, timeout: float = 10) -> bool:
+        if not self.alive():
+            return False
+        try:
+            reply = run_sync(self.client.kc.execute_interactive)(
+                "pass", silent=True, store_history=False, timeout=timeout, output_hook=lambda m: None
+            )
+            return reply["content"]["status"] == "ok"
+        except Exception:
+            return False
+
+    # -- the check transport -------------------------------------------------------
+    def install_bridge(self, source: str) -> None:
+        """Define ``__autograder__`` in the kernel from :mod:`autograder.kernel_side`'s source."""
+        self._bridge_source = source
+        code = (
+            "def __autograder_install(src):\n"
+            "    import types\n"
+            "    module = types.ModuleType('autograder_bridge')\n"
+            "    exec(compile(src, '<autograder-bridge>', 'exec'), module.__dict__)\n"
+            "    return module.make_bridge(get_ipython().user_ns)\n"
+            f"__autograder__ = __autograder_install({source!r})\n"
+            "del __autograder_install\n"
+        )
+        self.execute_silently(code, timeout=60)
+
+    def execute_silently(self, code: str, timeout: float) -> dict:
+        """Run code in the kernel; return the reply content. Raises TimeoutError / DeadKernelError."""
+        if not self.alive():
+            raise DeadKernelError("the kernel is not running")
+        kc = self.client.kc
+        try:
+            reply = run_sync(kc.execute_interactive)(
+                code, silent=True, store_history=False, timeout=timeout, output_hook=lambda m: None
+            )
+        except TimeoutError:
+            with contextlib.suppress(Exception):
+                run_sync(self.km.interrupt_kernel)()
+            raise
+        return reply["content"]
+
+    def ensure_alive(self, nb: nbformat.NotebookNode) -> bool:
+        """Called by the checks between requests: restart (and replay) a dead or stuck kernel."""
+        if self._responsive(timeout=5):
+            return True
+        return self._restart(nb, "it stopped answering during the checks")
+
+
+def prepare_workdir(submission_dir: Path, workdir: Path, notebook_name: str) -> None:
+    """Copy a submission's files (not its notebook, which is passed sanitised) into workdir."""
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    if submission_dir.is_dir():
+        for item in submission_dir.iterdir():
+            if item.name == notebook_name or item.is_symlink():
+                continue
+            target = workdir / item.name
+            if item.is_dir():
+                shutil.copytree(item, target, symlinks=False, ignore_dangling_symlinks=True)
+            elif item.is_file():
+                shutil.copy2(item, target)

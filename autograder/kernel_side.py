@@ -1,0 +1,231 @@
+"""The kernel-side half of the check protocol.
+
+This file is never imported by the grader: its *source* is executed inside the
+student's kernel after the notebook has run. It defines one object,
+``__autograder__`` in the user namespace (see :func:`make_bridge`), whose ``handle(request_path)`` reads a JSON request and a
+safetensors file of inputs written by the trusted checker, evaluates the
+student's function or class, and writes the result back as JSON + safetensors.
+
+Nothing here is trusted: a student can replace any of it. The trusted process
+therefore validates everything it reads back (types, dtypes, shapes, sizes) and
+does every comparison itself.
+"""
+
+import json
+import sys
+import traceback
+
+
+class _AutograderBridge:
+    MAX_MESSAGE = 4000
+
+    def __init__(self, namespace):
+        self.ns = namespace
+
+    # -- shortcuts a check forbids -------------------------------------------
+    def _resolve(self, dotted):
+        module_name, _, attr = dotted.rpartition(".")
+        while module_name:
+            module = sys.modules.get(module_name)
+            if module is not None:
+                obj = module
+                for part in dotted[len(module_name) + 1 :].split("."):
+                    obj = getattr(obj, part, None)
+                    if obj is None:
+                        return None, None, None
+                return module, attr, obj
+            module_name, _, _ = module_name.rpartition(".")
+        return None, None, None
+
+    def _guard(self, forbidden, violations):
+        """Replace forbidden callables by tripwires; return the undo list."""
+        undo = []
+
+        def tripwire(name, original):
+            def _blocked(*args, **kwargs):
+                violations.append(name)
+                raise RuntimeError(
+                    f"{name} is not allowed in this exercise: implement it yourself"
+                )
+
+            _blocked.__wrapped_original__ = original
+            return _blocked
+
+        for name in forbidden:
+            module = sys.modules.get(name)
+            if module is not None and hasattr(module, "__dict__"):
+                # A whole module: every public callable in it.
+                for attr, value in list(vars(module).items()):
+                    if callable(value) and not attr.startswith("_"):
+                        self._swap(module, attr, value, tripwire(f"{name}.{attr}", value), undo)
+                continue
+            parent_name, _, attr = name.rpartition(".")
+            parent = sys.modules.get(parent_name)
+            if parent is None:
+                parent, attr, _ = self._resolve(name)
+                if parent is None:
+                    continue
+                # nested attribute, e.g. torch.nn.MultiheadAttention.forward
+                *path, attr = name[len(parent.__name__) + 1 :].split(".")
+                for part in path:
+                    parent = getattr(parent, part)
+            original = getattr(parent, attr, None)
+            if original is not None:
+                self._swap(parent, attr, original, tripwire(name, original), undo)
+        # Names the student imported directly (``from m import f``).
+        replaced = {id(orig): new for (_, _, orig, new) in undo}
+        for key, value in list(self.ns.items()):
+            if id(value) in replaced and not key.startswith("_"):
+                undo.append((self.ns, key, value, replaced[id(value)]))
+                self.ns[key] = replaced[id(value)]
+        return undo
+
+    @staticmethod
+    def _swap(owner, attr, original, new, undo):
+        try:
+            setattr(owner, attr, new)
+            undo.append((owner, attr, original, new))
+        except (AttributeError, TypeError):
+            pass
+
+    @staticmethod
+    def _unguard(undo):
+        for owner, attr, original, _ in reversed(undo):
+            if isinstance(owner, dict):
+                owner[attr] = original
+            else:
+                try:
+                    setattr(owner, attr, original)
+                except (AttributeError, TypeError):
+                    pass
+
+    # -- values <-> files ----------------------------------------------------
+    def _encode(self, value, tensors, depth=0):
+        import torch
+
+        if depth > 4:
+            raise TypeError("result is nested too deeply")
+        if isinstance(value, torch.Tensor):
+            key = f"t{len(tensors)}"
+            tensors[key] = value.detach().to("cpu").contiguous()
+            return {"type": "tensor", "key": key}
+        if type(value).__module__ == "numpy" and hasattr(value, "shape"):
+            return self._encode(torch.from_numpy(__import__("numpy").asarray(value)), tensors, depth)
+        if isinstance(value, bool):
+            return {"type": "bool", "value": value}
+        if isinstance(value, int):
+            return {"type": "int", "value": value}
+        if isinstance(value, float):
+            return {"type": "float", "value": value}
+        if isinstance(value, str):
+            return {"type": "str", "value": value[:10000]}
+        if value is None:
+            return {"type": "none"}
+        if isinstance(value, (tuple, list)):
+            return {"type": "list", "items": [self._encode(v, tensors, depth + 1) for v in value]}
+        if isinstance(value, dict):
+            return {
+                "type": "dict",
+                "items": {str(k): self._encode(v, tensors, depth + 1) for k, v in value.items()},
+            }
+        raise TypeError(f"cannot send back an object of type {type(value).__name__}")
+
+    def _decode(self, spec, tensors):
+        kind = spec["type"]
+        if kind == "tensor":
+            return tensors[spec["key"]]
+        if kind == "list":
+            return [self._decode(v, tensors) for v in spec["items"]]
+        if kind == "tuple":
+            return tuple(self._decode(v, tensors) for v in spec["items"])
+        if kind == "dict":
+            return {k: self._decode(v, tensors) for k, v in spec["items"].items()}
+        return spec.get("value")
+
+    # -- requests --------------------------------------------------------------
+    def handle(self, request_path):
+        import torch
+        from safetensors.torch import load_file, save_file
+
+        with open(request_path) as f:
+            request = json.load(f)
+        out_json, out_tensors = request["reply"], request["reply_tensors"]
+        tensors = load_file(request["tensors"]) if request.get("tensors") else {}
+        violations = []
+        reply = {"ok": True, "violations": violations}
+        result_tensors = {}
+        undo = self._guard(request.get("forbid", []), violations)
+        try:
+            args = [self._decode(a, tensors) for a in request.get("args", [])]
+            kwargs = {k: self._decode(v, tensors) for k, v in request.get("kwargs", {}).items()}
+            result = self._run(request, args, kwargs, tensors)
+            reply["result"] = self._encode(result, result_tensors)
+        except BaseException as exc:  # noqa: B036 - a student's SystemExit is a result too
+            reply.update(ok=False, error=self._describe(exc))
+        finally:
+            self._unguard(undo)
+        if result_tensors:
+            save_file(result_tensors, out_tensors)
+        with open(out_json, "w") as f:
+            json.dump(reply, f)
+        del torch
+
+    def _lookup(self, name):
+        if name not in self.ns:
+            raise NameError(
+                f"'{name}' is not defined: run the cell that defines it and keep its name"
+            )
+        return self.ns[name]
+
+    def _run(self, request, args, kwargs, tensors):
+        import torch
+
+        kind = request["kind"]
+        if request.get("seed") is not None:
+            torch.manual_seed(request["seed"])
+        if kind == "call":
+            return self._lookup(request["name"])(*args, **kwargs)
+        if kind == "module":
+            cls = self._lookup(request["name"])
+            init = {k: self._decode(v, tensors) for k, v in request.get("init", {}).items()}
+            module = cls(**init)
+            state = {k[len("state.") :]: v for k, v in tensors.items() if k.startswith("state.")}
+            if request.get("load_state", False):
+                missing, unexpected = module.load_state_dict(state, strict=False)
+                if missing or unexpected:
+                    raise KeyError(
+                        "parameter names differ from the specification: "
+                        f"missing {sorted(missing)}, unexpected {sorted(unexpected)}"
+                    )
+            if request.get("method") == "__state__":
+                return {k: v for k, v in module.state_dict().items()}
+            module.eval()
+            with torch.no_grad():
+                return getattr(module, request.get("method") or "forward")(*args, **kwargs)
+        if kind == "exec":
+            scope = dict(self.ns)
+            scope["inputs"] = dict(zip(request.get("arg_names", []), args))
+            exec(compile(request["code"], "<autograder check>", "exec"), scope)
+            return scope.get("result")
+        raise ValueError(f"unknown request kind {kind!r}")
+
+    def _describe(self, exc):
+        frames = traceback.extract_tb(exc.__traceback__)
+        # Keep only frames from the student's cells, not from this bridge.
+        student = [
+            f
+            for f in frames
+            if f.filename != "<autograder-bridge>" and "site-packages" not in f.filename
+            and "/lib/python" not in f.filename
+        ]
+        where = ""
+        if student:
+            last = student[-1]
+            where = f" (line {last.lineno}: {last.line})" if last.line else f" (line {last.lineno})"
+        text = f"{type(exc).__name__}: {exc}{where}"
+        return text[: self.MAX_MESSAGE]
+
+
+def make_bridge(namespace):
+    """Called by the install snippet with the kernel's user namespace."""
+    return _AutograderBridge(namespace)

@@ -1,0 +1,227 @@
+"""Isolation for student kernels: bubblewrap where installed, resource limits always.
+
+A student's notebook is arbitrary code. Each submission's kernel runs
+
+* inside **bubblewrap** (``bwrap``) when it is installed: no network, a private
+  ``/tmp``, its own PID namespace, read-only system and Python paths, only the
+  ``toolkit`` package visible from the project, and one writable directory (the
+  submission's private working copy). The course workspace, the gradebook, the
+  hidden checks, the assignment sources and other students' work are simply not
+  in its file system;
+* under **resource limits** (:mod:`resource` rlimits, applied by
+  :mod:`autograder.limits_launcher` before bubblewrap and the kernel start): address space,
+  CPU seconds, processes, file size, open files.
+
+When the grader runs as root, each concurrent sandbox also runs under its own
+unprivileged uid, so the process limit cannot be bypassed (root ignores
+``RLIMIT_NPROC``) and a fork bomb in one submission cannot starve another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sys
+from pathlib import Path
+
+#: What ``autograder grade`` prints: which isolation was in force.
+ISOLATION_BWRAP = "bubblewrap sandbox + resource limits"
+ISOLATION_LIMITS = "resource limits only (bubblewrap not found: install the 'bubblewrap' package)"
+
+# Each concurrent sandbox slot gets its own uid when the grader runs as root.
+_SANDBOX_UID_BASE = 61000
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Per-kernel resource limits. Sizes in bytes, times in seconds."""
+
+    address_space: int = 6 * 2**30
+    cpu_seconds: int = 900
+    processes: int = 256
+    file_size: int = 256 * 2**20
+    open_files: int = 512
+
+
+def bwrap_path() -> str | None:
+    """Path of the bubblewrap binary, or ``None`` (also when it cannot create namespaces)."""
+    if os.environ.get("AUTOGRADER_NO_BWRAP") == "1":
+        return None
+    path = shutil.which("bwrap")
+    if path is None:
+        return None
+    return path if _bwrap_works(path) else None
+
+
+_BWRAP_OK: dict[str, bool] = {}
+
+
+def _bwrap_works(path: str) -> bool:
+    """bwrap can be installed yet unusable (no user namespaces in a container)."""
+    if path not in _BWRAP_OK:
+        import subprocess
+
+        probe = [path, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"]
+        try:
+            ok = subprocess.run(probe, capture_output=True, timeout=20).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        _BWRAP_OK[path] = ok
+    return _BWRAP_OK[path]
+
+
+def isolation_level() -> str:
+    return ISOLATION_BWRAP if bwrap_path() else ISOLATION_LIMITS
+
+
+def _project_paths() -> tuple[Path, Path]:
+    """(the toolkit package directory, the directory that contains it)."""
+    import toolkit
+
+    pkg = Path(toolkit.__file__).resolve().parent
+    return pkg, pkg.parent
+
+
+def _readonly_roots() -> list[Path]:
+    """System and Python directories the kernel needs to read, and nothing else."""
+    roots = [Path(p) for p in ("/usr", "/etc", "/opt")]
+    roots += [Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()]
+    # Site-packages may live outside the prefixes (user installs).
+    for entry in sys.path:
+        if entry and "site-packages" in entry and Path(entry).is_dir():
+            roots.append(Path(entry).resolve())
+    unique: list[Path] = []
+    for root in sorted(set(roots), key=lambda p: len(p.parts)):
+        if root.exists() and not any(root.is_relative_to(u) for u in unique):
+            unique.append(root)
+    return unique
+
+
+def sandbox_uid(slot: int) -> int | None:
+    """The unprivileged uid a sandbox slot runs as, or None when the kernel keeps ours."""
+    if os.geteuid() == 0 and bwrap_path() is not None:
+        return _SANDBOX_UID_BASE + slot
+    return None
+
+
+def hand_over(path: Path, slot: int) -> None:
+    """Give the sandbox's uid ownership of ``path`` (and what is under it)."""
+    uid = sandbox_uid(slot)
+    if uid is None:
+        return
+    for item in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        os.chown(item, uid, uid, follow_symlinks=False)
+
+
+def wrap_command(
+    cmd: list[str],
+    workdir: Path,
+    limits: Limits,
+    slot: int = 0,
+    hidden: list[Path] | tuple[Path, ...] = (),
+) -> list[str]:
+    """Wrap a kernel command line with the limits launcher and, if available, bubblewrap.
+
+    Args:
+        cmd: the kernel's own argv (``python -m ipykernel_launcher -f conn.json``).
+        workdir: the submission's private, writable working directory.
+        limits: resource limits applied inside the sandbox.
+        slot: index of the concurrent sandbox (selects the unprivileged uid).
+        hidden: extra host paths to hide even if they sit under a readable root
+            (the course workspace, the hidden checks, a solutions directory).
+    """
+    bwrap = bwrap_path()
+    launcher_file = Path(__file__).resolve().parent / "limits_launcher.py"
+    limit_args = [
+        f"--as={limits.address_space}",
+        f"--cpu={limits.cpu_seconds}",
+        f"--nproc={limits.processes}",
+        f"--fsize={limits.file_size}",
+        f"--nofile={limits.open_files}",
+    ]
+    if bwrap is None:
+        return [sys.executable, str(launcher_file), *limit_args, "--", *cmd]
+
+    toolkit_pkg, project_root = _project_paths()
+    inner_launcher = "/autograder-limits-launcher.py"
+    if os.geteuid() == 0:
+        # As root: no user namespace (root inside one still counts as uid 0 for
+        # RLIMIT_NPROC). The launcher drops to an unprivileged uid of this slot
+        # inside the sandbox, which clears every capability.
+        args = [bwrap, "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid",
+                "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        limit_args.append(f"--uid={sandbox_uid(slot)}")
+    else:
+        args = [bwrap, "--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL"]
+    made: set[Path] = set()
+    for root in _readonly_roots():
+        args += _parent_dirs(root, made) + ["--ro-bind", str(root), str(root)]
+    # Debian's merged /usr: /bin, /lib, /lib64 and /sbin are links into /usr.
+    for link in ("bin", "lib", "lib64", "sbin"):
+        host = Path("/") / link
+        if host.is_symlink():
+            args += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            args += ["--ro-bind", str(host), str(host)]
+    args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    # From the project only the toolkit (widgets, helpers) and the limits launcher
+    # are visible. The project root itself becomes an empty tmpfs, so assignment
+    # sources, the hidden checks and any workspace inside the checkout are absent.
+    args += _parent_dirs(project_root, made) + ["--perms", "0755", "--tmpfs", str(project_root)]
+    args += ["--ro-bind", str(toolkit_pkg), str(toolkit_pkg)]
+    venv = Path(sys.prefix).resolve()
+    if venv.is_relative_to(project_root):
+        args += ["--ro-bind", str(venv), str(venv)]
+    for path in hidden:
+        path = Path(path).resolve()
+        if path.exists() and not workdir.resolve().is_relative_to(path):
+            args += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
+    args += _parent_dirs(workdir.resolve(), made)
+    args += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir)]
+    args += ["--setenv", "HOME", str(workdir), "--setenv", "TMPDIR", "/tmp"]
+    # The grader's pid means nothing in the sandbox's PID namespace; ipykernel
+    # would take the mismatch for a dead parent. --die-with-parent covers that.
+    args += ["--unsetenv", "JPY_PARENT_PID"]
+    args += ["--ro-bind", str(launcher_file), inner_launcher]
+    return [*args, "--", sys.executable, inner_launcher, *limit_args, "--", *cmd]
+
+
+def _parent_dirs(path: Path, made: set[Path]) -> list[str]:
+    """bwrap arguments creating every missing ancestor of ``path`` as mode 0755.
+
+    bwrap copies the host's mode for the parents it creates, and a parent such as
+    ``/root`` (0700) would make a bound interpreter unreachable for the sandbox uid.
+    """
+    args: list[str] = []
+    for parent in reversed(path.parents):
+        if parent == Path("/") or parent in made:
+            continue
+        made.add(parent)
+        args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
+def kernel_environment(workdir: Path) -> dict[str, str]:
+    """Environment for a grading kernel: no secrets from ours, single-threaded maths."""
+    keep = ("PATH", "LANG", "LC_ALL", "TERM", "SYSTEMROOT")
+    env = {k: v for k, v in os.environ.items() if k in keep}
+    env.update(
+        HOME=str(workdir),
+        MPLBACKEND="Agg",
+        MPLCONFIGDIR=str(workdir / ".mpl"),
+        IPYTHONDIR=str(workdir / ".ipython"),
+        JUPYTER_PLATFORM_DIRS="1",
+        JUPYTER_CONFIG_DIR=str(workdir / ".jupyter"),
+        JUPYTER_DATA_DIR=str(workdir / ".jupyter-data"),
+        JUPYTER_RUNTIME_DIR=str(workdir / ".jupyter-runtime"),
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        MALLOC_ARENA_MAX="2",
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONUNBUFFERED="1",
+        TOOLKIT_HEADLESS="1",
+        TRITON_INTERPRET=os.environ.get("TRITON_INTERPRET", "1"),
+        AUTOGRADER_GRADING="1",
+    )
+    return env

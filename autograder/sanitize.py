@@ -1,0 +1,116 @@
+"""Step 1 of grading: read a submitted notebook and restore what the student may not change.
+
+nbgrader's own preprocessors do the work (ClearOutput, DeduplicateIds,
+OverwriteKernelspec, OverwriteCells with missing cells added back,
+CheckCellMetadata). Before they run we compare the submission with the
+gradebook's copy of every locked cell, so the report can say *what* was
+tampered with: deleted, edited or re-ordered test cells, edited points.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+from nbgrader.preprocessors import (
+    CheckCellMetadata,
+    ClearOutput,
+    DeduplicateIds,
+    OverwriteCells,
+    OverwriteKernelspec,
+)
+
+MAX_NOTEBOOK_BYTES = 20 * 2**20
+
+
+class NotGradable(Exception):
+    """The notebook cannot be graded at all; the message says why, for the report."""
+
+
+def read_submission(path: Path) -> nbformat.NotebookNode:
+    """Read a submitted notebook, turning every way it can be broken into NotGradable."""
+    if not path.is_file():
+        raise NotGradable(f"{path.name} is missing from the submission")
+    size = path.stat().st_size
+    if size == 0:
+        raise NotGradable(f"{path.name} is empty")
+    if size > MAX_NOTEBOOK_BYTES:
+        raise NotGradable(f"{path.name} is {size / 2**20:.0f} MiB, over the 20 MiB limit")
+    try:
+        raw = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise NotGradable(f"{path.name} is not valid notebook JSON ({exc})"[:300]) from None
+    if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
+        raise NotGradable(f"{path.name} is JSON but not a notebook")
+    try:
+        nb = nbformat.reads(json.dumps(raw), as_version=4)  # converts nbformat 3 notebooks
+    except Exception as exc:
+        raise NotGradable(f"{path.name} could not be read as a notebook ({exc})"[:300]) from None
+    return nb
+
+
+def _source(cell) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def tamper_report(nb: nbformat.NotebookNode, gradebook, notebook_id: str, assignment: str) -> list[str]:
+    """Differences between the submission's locked/grade cells and the gradebook's copies."""
+    findings: list[str] = []
+    source_nb = gradebook.find_notebook(notebook_id, assignment)
+    locked = {c.name: c for c in source_nb.source_cells if c.locked}
+    points = {c.name: c.max_score for c in source_nb.grade_cells}
+    seen: list[str] = []
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
+        if grade_id is None:
+            continue
+        seen.append(grade_id)
+        if grade_id in locked and _source(cell).strip() != locked[grade_id].source.strip():
+            findings.append(f"locked cell '{grade_id}' was edited (restored from the gradebook)")
+        if grade_id in points and meta.get("points") not in (None, points[grade_id]):
+            findings.append(
+                f"points of '{grade_id}' changed to {meta.get('points')} (reset to {points[grade_id]:g})"
+            )
+    for name in locked:
+        if name not in seen:
+            findings.append(f"locked cell '{name}' was deleted (restored from the gradebook)")
+    expected_order = [c.name for c in source_nb.source_cells if c.name in seen]
+    if [s for s in seen if s in expected_order] != expected_order:
+        findings.append("graded cells were re-ordered (grading uses the hidden checks, not the order)")
+    return findings
+
+
+def sanitize(nb, *, db_url: str, assignment: str, notebook_id: str, student: str, gradebook):
+    """Return (sanitised notebook, findings). Never raises for a student's edits."""
+    findings = tamper_report(nb, gradebook, notebook_id, assignment)
+    resources = {
+        "nbgrader": {
+            "db_url": db_url,
+            "assignment": assignment,
+            "notebook": notebook_id,
+            "student": student,
+        }
+    }
+    steps = [ClearOutput(), DeduplicateIds(), OverwriteKernelspec(),
+             OverwriteCells(add_missing_cells=True), CheckCellMetadata()]
+    for step in steps:
+        try:
+            nb, resources = step.preprocess(nb, resources)
+        except Exception as exc:  # e.g. metadata that fails nbgrader's schema
+            findings.append(f"{type(step).__name__} could not process the notebook: {exc}"[:300])
+    return nb, findings
+
+
+def grade_cell_ids(gradebook, notebook_id: str, assignment: str) -> tuple[dict, set]:
+    """(autograded test cells {grade_id: points}, manually graded cell ids) from the gradebook."""
+    source_nb = gradebook.find_notebook(notebook_id, assignment)
+    solution_ids = {c.name for c in source_nb.solution_cells}
+    auto = {c.name: c.max_score for c in source_nb.grade_cells if c.name not in solution_ids}
+    manual = {c.name for c in source_nb.grade_cells if c.name in solution_ids}
+    return auto, manual
+
+
+

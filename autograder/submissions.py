@@ -1,0 +1,149 @@
+"""Make submissions from an assignment: the reference, the stub, each named mutant,
+and hostile or broken ones. ``validate`` and ``demo`` grade these like a class.
+
+A made submission is the *released* notebook with the solution cells filled in
+from the instructor source (as a student who solved everything would hand in),
+so cell ids, checksums and metadata are exactly what nbgrader released.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import nbformat
+
+from .course import AssignmentSpec, Course, CourseError, Mutant, notebook_from_text
+
+
+def _grade_id(cell) -> str | None:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+
+def _is_solution(cell) -> bool:
+    return bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution"))
+
+
+def fill_solutions(released: nbformat.NotebookNode, source: nbformat.NotebookNode):
+    """The released notebook with every solution cell's source taken from ``source``."""
+    answers = {_grade_id(c): c.source for c in source.cells if _is_solution(c)}
+    nb = nbformat.from_dict(json.loads(nbformat.writes(released)))
+    for cell in nb.cells:
+        if _is_solution(cell) and _grade_id(cell) in answers:
+            cell.source = answers[_grade_id(cell)]
+    return nb
+
+
+def apply_mutant(spec: AssignmentSpec, mutant: Mutant) -> str:
+    text = spec.source_text(mutant.notebook)
+    count = text.count(mutant.find)
+    if count != 1:
+        raise CourseError(
+            f"{spec.path / 'assignment.toml'}: mutant '{mutant.name}': its `find` text occurs "
+            f"{count} times in {mutant.notebook}.py (it must occur exactly once)"
+        )
+    return text.replace(mutant.find, mutant.replace)
+
+
+def released_notebook(course: Course, spec: AssignmentSpec, nb_id: str):
+    path = course.path("release", spec.name, f"{nb_id}.ipynb")
+    if not path.is_file():
+        raise CourseError(f"{path} does not exist: run `autograder release {spec.name}`")
+    return nbformat.read(path, as_version=4)
+
+
+def solution_defined_names(nb) -> list[str]:
+    """Top-level functions and classes defined in the notebook's solution cells."""
+    names = []
+    for cell in nb.cells:
+        if cell.cell_type == "code" and _is_solution(cell):
+            try:
+                tree = ast.parse(cell.source)
+            except SyntaxError:
+                continue
+            names += [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    return names
+
+
+TAMPER_PATCH = """\
+# A hostile submission: make every in-notebook comparison report success.
+import torch, torch.testing
+torch.allclose = lambda *args, **kwargs: True
+torch.testing.assert_close = lambda *args, **kwargs: None
+torch.equal = lambda *args, **kwargs: True
+"""
+
+TAMPER_CORRUPT = """\
+# ...and quietly return wrong values from everything that is graded.
+import functools as _functools
+def _corrupt(value):
+    if isinstance(value, torch.Tensor):
+        return ~value if value.dtype == torch.bool else value + 0.5
+    if isinstance(value, tuple):
+        return tuple(_corrupt(v) for v in value)
+    return value
+def _wrong(fn):
+    @_functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return _corrupt(fn(*args, **kwargs))
+    return wrapper
+for _name in {names!r}:
+    _obj = globals()[_name]
+    if isinstance(_obj, type):
+        _obj.forward = _wrong(_obj.forward)
+    else:
+        globals()[_name] = _wrong(_obj)
+"""
+
+
+def _insert_after_first_code(nb, source: str):
+    index = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"), 0)
+    nb.cells.insert(index + 1, nbformat.v4.new_code_cell(source))
+
+
+def make_class(course: Course, spec: AssignmentSpec, *, broken: bool = False) -> dict[str, dict]:
+    """``{student_id: {notebook_id: notebook | bytes}}`` for validate (and demo, with broken=True)."""
+    students: dict[str, dict] = {"reference": {}, "stub": {}}
+    for nb_id in spec.notebooks:
+        released = released_notebook(course, spec, nb_id)
+        source = notebook_from_text(spec.source_text(nb_id))
+        reference = fill_solutions(released, source)
+        students["reference"][nb_id] = reference
+        students["stub"][nb_id] = released
+        for mutant in spec.mutants:
+            if mutant.notebook == nb_id:
+                mutated = notebook_from_text(apply_mutant(spec, mutant))
+                students.setdefault(f"mutant-{mutant.name}", {})[nb_id] = fill_solutions(released, mutated)
+        if not broken:
+            continue
+        tamper = fill_solutions(released, source)
+        _insert_after_first_code(tamper, TAMPER_PATCH)
+        tamper.cells.append(nbformat.v4.new_code_cell(
+            TAMPER_CORRUPT.format(names=solution_defined_names(source))))
+        students.setdefault("tamper-allclose", {})[nb_id] = tamper
+        syntax = fill_solutions(released, source)
+        first_solution = next(c for c in syntax.cells if c.cell_type == "code" and _is_solution(c))
+        first_solution.source = first_solution.source.replace("def ", "def (", 1)
+        students.setdefault("broken-syntax-error", {})[nb_id] = syntax
+        loop = fill_solutions(released, source)
+        _insert_after_first_code(loop, "# forgot to remove this experiment\nwhile True:\n    pass")
+        students.setdefault("broken-infinite-loop", {})[nb_id] = loop
+        warns = fill_solutions(released, source)
+        _insert_after_first_code(warns, "import sys, warnings\nwarnings.warn('a harmless warning')\n"
+                                        "print('something on stderr', file=sys.stderr)")
+        students.setdefault("warns-on-stderr", {})[nb_id] = warns
+        students.setdefault("broken-not-json", {})[nb_id] = b'{"cells": [ this is not json'
+    return students
+
+
+def write_submissions(course: Course, spec: AssignmentSpec, students: dict[str, dict]) -> None:
+    for student, notebooks in students.items():
+        folder = course.path("submitted", student, spec.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        for nb_id, nb in notebooks.items():
+            target = Path(folder, f"{nb_id}.ipynb")
+            if isinstance(nb, bytes):
+                target.write_bytes(nb)
+            else:
+                nbformat.write(nb, target)

@@ -1,0 +1,79 @@
+"""``autograder validate``: prove an assignment's checks can tell right from wrong.
+
+On a throwaway course it grades the reference solution (must get full marks),
+the released stub (must get zero, without stopping the run) and every named
+mutant (must lose points on each grade cell it ``breaks``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from .course import Course
+from .grade import grade
+from .report import collect
+from .submissions import make_class, write_submissions
+
+
+def expectations(spec, records: list[dict]) -> list[dict]:
+    """One row per graded student: what was expected, what happened, pass/fail."""
+    by_student = {r["student"]: r for r in records}
+    rows = []
+
+    def row(student, expected, ok, detail):
+        rows.append({"student": student, "expected": expected, "ok": bool(ok), "detail": detail})
+
+    ref = by_student.get("reference")
+    row("reference", "full marks", ref and ref["score"] == ref["max_score"] and ref["max_score"] > 0,
+        _score(ref) + _failures(ref))
+    stub = by_student.get("stub")
+    row("stub", "zero", stub and stub["score"] == 0, _score(stub) + _failures(stub, passed=True))
+    for mutant in spec.mutants:
+        student = f"mutant-{mutant.name}"
+        rec = by_student.get(student)
+        if rec is None:
+            row(student, f"loses points on {', '.join(mutant.breaks)}", False, "not graded")
+            continue
+        missed = [g for g in mutant.breaks
+                  if rec["exercises"].get(g, {}).get("score", 0) >= rec["exercises"].get(g, {}).get(
+                      "max_score", 0)]
+        caught_by = sorted({f["check"] for f in rec["failed_checks"]})
+        row(student, f"loses points on {', '.join(mutant.breaks)}", not missed,
+            _score(rec) + (f"; NOT caught on {', '.join(missed)}" if missed else "")
+            + (f"; caught by {', '.join(caught_by[:4])}" if caught_by else ""))
+    return rows
+
+
+def _score(rec) -> str:
+    return "not graded" if rec is None else f"{rec['score']:g}/{rec['max_score']:g}"
+
+
+def _failures(rec, passed=False) -> str:
+    if rec is None:
+        return ""
+    if passed:
+        return ""
+    fails = rec["failed_checks"]
+    return f"; failed: {', '.join(f['check'] for f in fails[:4])}" if fails else ""
+
+
+def validate(names: list[str], workers: int | None = None, log=print, course_dir=None) -> bool:
+    """Validate each assignment; print a table; True if every expectation holds."""
+    all_ok = True
+    with tempfile.TemporaryDirectory(prefix="autograder-validate-") as tmp:
+        course = Course(Path(course_dir or tmp) / "course")
+        course.init()
+        for name in names:
+            spec = course.spec(name)
+            course.release(name)
+            write_submissions(course, spec, make_class(course, spec))
+            grade(course, name, workers=workers, force=True, log=log)
+            rows = expectations(spec, collect(course, name))
+            log(f"\nvalidate {name}:")
+            width = max(len(r["student"]) for r in rows)
+            for r in rows:
+                mark = "ok  " if r["ok"] else "FAIL"
+                log(f"  {mark} {r['student']:<{width}}  expected {r['expected']}: {r['detail']}")
+            all_ok &= all(r["ok"] for r in rows)
+    return all_ok

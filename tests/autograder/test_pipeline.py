@@ -1,0 +1,169 @@
+"""End to end on the tiny fixture: real nbgrader, real sandboxed kernels, real gradebook.
+
+One class is graded once (module fixture) and the tests read the outcome.
+"""
+
+import json
+
+import nbformat
+import pytest
+
+from autograder import report
+from autograder.grade import grade
+from autograder.submissions import make_class, write_submissions
+
+pytestmark = pytest.mark.slow
+
+
+def _extra_students(course, spec):
+    """Hostile and broken cases beyond the demo's, built from the reference."""
+    base = make_class(course, spec)["reference"]["tiny"]
+
+    def variant(edit):
+        nb = nbformat.from_dict(json.loads(nbformat.writes(base)))
+        edit(nb)
+        return {"tiny": nb}
+
+    def add_cell(source):
+        return lambda nb: nb.cells.insert(2, nbformat.v4.new_code_cell(source))
+
+    def drop_test_cell(nb):
+        nb.cells = [c for c in nb.cells
+                    if c.metadata.get("nbgrader", {}).get("grade_id") != "test_softmax"]
+
+    def edit_points(nb):
+        for c in nb.cells:
+            if c.metadata.get("nbgrader", {}).get("grade_id") == "test_softmax":
+                c.metadata["nbgrader"]["points"] = 100
+                c.source = "print('I promise it works')"
+
+    return {
+        "exits-kernel": variant(add_cell("import os\nos._exit(3)")),
+        "deleted-test-cell": variant(drop_test_cell),
+        "edited-points": variant(edit_points),
+        "uses-forbidden": variant(lambda nb: nb.cells.append(
+            nbformat.v4.new_code_cell("def softmax(x):\n    return torch.softmax(x, -1)"))),
+        "empty-file": {"tiny": b""},
+    }
+
+
+@pytest.fixture(scope="module")
+def graded(tiny_course):
+    spec = tiny_course.spec("00-tiny")
+    students = make_class(tiny_course, spec, broken=True)
+    students.update(_extra_students(tiny_course, spec))
+    write_submissions(tiny_course, spec, students)
+    first = grade(tiny_course, "00-tiny", workers=2, progress=False, cell_timeout=5, log=lambda *a: None)
+    records = {r["student"]: r for r in report.collect(tiny_course, "00-tiny")}
+    return tiny_course, first, records
+
+
+def test_every_submission_is_graded(graded):
+    _, first, records = graded
+    assert sorted(first["graded"]) == sorted(records)
+    assert len(records) == 13
+
+
+def test_reference_full_marks_and_manual_points_pending(graded):
+    rec = graded[2]["reference"]
+    assert (rec["score"], rec["max_score"]) == (2.0, 2.0)
+    assert rec["manual_pending"] == 1.0
+
+
+def test_stub_scores_zero_and_unanswered_question_gets_no_manual_wait(graded):
+    rec = graded[2]["stub"]
+    assert rec["score"] == 0.0 and rec["max_score"] == 2.0
+    assert rec["manual_pending"] == 0.0  # an unchanged answer cell is "No response"
+
+
+def test_mutant_is_caught_by_the_named_pitfall(graded):
+    rec = graded[2]["mutant-no-shift"]
+    assert rec["score"] < rec["max_score"]
+    assert any(f["pitfall"] == "softmax without subtracting the max overflows" for f in rec["failed_checks"])
+
+
+def test_patching_allclose_in_the_kernel_earns_nothing(graded):
+    assert graded[2]["tamper-allclose"]["score"] == 0.0
+
+
+def test_stderr_warnings_cost_nothing(graded):
+    assert graded[2]["warns-on-stderr"]["score"] == 2.0
+
+
+def test_infinite_loop_is_stopped_and_reported(graded):
+    rec = graded[2]["broken-infinite-loop"]
+    assert rec["score"] == 2.0
+    assert any("time limit" in n for n in rec["notes"])
+
+
+def test_syntax_error_loses_only_what_depends_on_it(graded):
+    rec = graded[2]["broken-syntax-error"]
+    assert rec["score"] == 0.0
+    assert any("SyntaxError" in n for n in rec["notes"])
+
+
+def test_a_cell_that_kills_the_kernel_is_survived(graded):
+    rec = graded[2]["exits-kernel"]
+    assert rec["score"] == 2.0
+    assert any("restarted" in n for n in rec["notes"])
+
+
+@pytest.mark.parametrize("student,reason", [("broken-not-json", "not valid notebook JSON"),
+                                            ("empty-file", "empty")])
+def test_unreadable_notebooks_score_zero_with_a_reason(graded, student, reason):
+    rec = graded[2][student]
+    assert rec["score"] == 0.0 and any(reason in n for n in rec["notes"])
+
+
+def test_tampered_test_cells_are_restored_and_reported(graded):
+    records = graded[2]
+    assert records["deleted-test-cell"]["score"] == 2.0
+    assert any("deleted" in n for n in records["deleted-test-cell"]["notes"])
+    edited = records["edited-points"]
+    assert edited["max_score"] == 2.0 and edited["score"] == 2.0
+    assert any("points" in n for n in edited["notes"]) and any("edited" in n for n in edited["notes"])
+
+
+def test_forbidden_shortcut_is_reported(graded):
+    rec = graded[2]["uses-forbidden"]
+    assert rec["score"] == 0.0
+    assert any("implement yourself" in f["message"] for f in rec["failed_checks"])
+
+
+def test_gradebook_holds_the_same_scores(graded):
+    course, _, records = graded
+    with course.gradebook() as gb:
+        for student, rec in records.items():
+            sub = gb.find_submission("00-tiny", student)
+            assert sub.code_score == pytest.approx(rec["score"]), student
+
+
+def test_rerun_grades_nothing_new_and_force_regrades_without_double_counting(graded):
+    course, _, records = graded
+    again = grade(course, "00-tiny", workers=1, progress=False, log=lambda *a: None)
+    assert again["graded"] == [] and len(again["skipped"]) == len(records)
+    forced = grade(course, "00-tiny", students=["reference"], force=True, progress=False,
+                   log=lambda *a: None)
+    assert forced["graded"] == ["reference"]
+    with course.gradebook() as gb:
+        assert gb.find_submission("00-tiny", "reference").code_score == 2.0
+
+
+def test_reports_in_every_format(graded, tmp_path):
+    course, _, records = graded
+    data = json.loads(report.as_json(list(records.values())))
+    for rec in data:
+        assert {"student", "score", "max_score", "manual_pending", "exercises"} <= set(rec)
+    assert "reference" in report.as_csv(list(records.values()))
+    table = report.as_table(list(records.values()))
+    assert "Item analysis" in table and "softmax without subtracting the max" in table
+    report.plot(list(records.values()), tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_feedback_html_is_generated(graded):
+    course = graded[0]
+    result = course.nbgrader_api().generate_feedback("00-tiny", force=True)
+    assert result["success"], result.get("log")
+    html = (course.path("feedback", "reference", "00-tiny") / "tiny.html").read_text()
+    assert "Hidden checks" in html

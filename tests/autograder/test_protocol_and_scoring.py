@@ -1,0 +1,74 @@
+"""Unit tests of the trusted side: reply validation and scoring (no kernel needed)."""
+
+import os
+
+import pytest
+import torch
+
+from autograder import protocol
+from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.scoring import score_cells
+
+
+def test_decode_rebuilds_nested_values():
+    tensors = {"t0": torch.ones(2)}
+    spec = {"type": "list", "items": [{"type": "tensor", "key": "t0"}, {"type": "float", "value": 1.5},
+                                      {"type": "dict", "items": {"a": {"type": "none"}}}]}
+    out = protocol._decode(spec, tensors, 0)
+    assert torch.equal(out[0], torch.ones(2)) and out[1] == 1.5 and out[2] == {"a": None}
+
+
+@pytest.mark.parametrize("spec", [
+    {"type": "tensor", "key": "missing"},
+    {"type": "pickle", "value": "x"},
+    {"type": "int", "value": "not an int"},
+    {"type": "list", "items": [{"type": "none"}] * (protocol.MAX_ITEMS + 1)},
+    "not a dict",
+])
+def test_decode_refuses_malformed_replies(spec):
+    with pytest.raises(protocol.SubmissionError):
+        protocol._decode(spec, {}, 0)
+
+
+def test_decode_refuses_deep_nesting():
+    spec = {"type": "none"}
+    for _ in range(protocol.MAX_DEPTH + 2):
+        spec = {"type": "list", "items": [spec]}
+    with pytest.raises(protocol.SubmissionError):
+        protocol._decode(spec, {}, 0)
+
+
+def test_reply_files_must_be_regular_and_small(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("gradebook")
+    link = tmp_path / "reply.json"
+    os.symlink(secret, link)
+    with pytest.raises(protocol.SubmissionError):
+        protocol._read_bytes(link, 1000)
+    big = tmp_path / "big"
+    big.write_bytes(b"0" * 2000)
+    with pytest.raises(protocol.SubmissionError, match="too large"):
+        protocol._read_bytes(big, 1000)
+
+
+def test_checklib_messages_name_the_problem():
+    with pytest.raises(CheckFailure, match="shape"):
+        expect_tensor(torch.zeros(2, 3), shape=(3, 2))
+    with pytest.raises(CheckFailure, match="NaN"):
+        expect_tensor(torch.tensor([float("nan")]))
+    with pytest.raises(CheckFailure, match="Hint: scale"):
+        assert_close(torch.zeros(2), torch.ones(2), hint="scale")
+    with pytest.raises(CheckFailure, match="torch.Tensor"):
+        expect_tensor([1, 2])
+
+
+def test_score_is_points_times_weighted_fraction_passed():
+    checks = [
+        {"grade_cell": "a", "weight": 1.0, "passed": True},
+        {"grade_cell": "a", "weight": 3.0, "passed": False},
+        {"grade_cell": "b", "weight": 1.0, "passed": True},
+    ]
+    table = score_cells({"a": 4, "b": 2, "c": 1}, checks)
+    assert table["a"]["score"] == 1.0
+    assert table["b"]["score"] == 2.0
+    assert table["c"]["score"] == 0.0  # no checks ran: no points

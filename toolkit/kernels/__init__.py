@@ -1,0 +1,27 @@
+"""GPU kernels written in Triton (https://triton-lang.org).
+
+* :mod:`toolkit.kernels.flash_triton`: FlashAttention forward with causal masking
+  and grouped-query attention, :func:`triton_flash_attention`.
+
+Without a GPU the kernels run in Triton's interpreter, which must be switched on
+before ``triton`` is first imported, by anything: Triton decides between interpreter
+and compiler when it decorates a function, its own library at ``import triton``,
+these kernels at ``import toolkit.kernels``. Some libraries import triton on their
+own (``transformers``, ``torch.utils.flop_counter``), so set the variable first::
+
+    import os
+    os.environ["TRITON_INTERPRET"] = "1"   # first line of the notebook (restart if late)
+    from toolkit.kernels import triton_flash_attention
+
+The interpreter executes each program instance with NumPy: correct for fp32 and
+fp16 on small shapes, slow on big ones, and wrong (silently) for bf16 ``tl.dot``,
+which the wrapper therefore refuses.
+"""
+
+from toolkit.kernels.flash_triton import (
+    HAS_TRITON,
+    interpreter_active,
+    triton_flash_attention,
+)
+
+__all__ = ["HAS_TRITON", "interpreter_active", "triton_flash_attention"]
