@@ -27,8 +27,9 @@ def expect_tensor(value, *, shape=None, dtype=None, name="your result") -> torch
     return value
 
 
-def assert_close(actual, expected: torch.Tensor, *, atol=1e-5, rtol=1e-4, hint="",
-                 name="your result") -> None:
+def assert_close(
+    actual, expected: torch.Tensor, *, atol=1e-5, rtol=1e-4, hint="", name="your result"
+) -> None:
     """Compare a student's tensor with our reference, with a readable message."""
     actual = expect_tensor(actual, shape=expected.shape, name=name)
     if actual.dtype != expected.dtype:
@@ -44,8 +45,11 @@ def assert_equal(actual, expected, *, hint="", name="your result") -> None:
         actual = expect_tensor(actual, shape=expected.shape, dtype=expected.dtype, name=name)
         if not torch.equal(actual, expected):
             wrong = (actual != expected).sum().item()
-            raise CheckFailure(f"{name}: {wrong} entries differ from the expected values"
-                               + (f". Hint: {hint}" if hint else ""))
+            raise CheckFailure(
+                f"{name}: {wrong} entries differ from the expected values"
+                + (f". Hint: {hint}" if hint else "")
+            )
     elif actual != expected:
-        raise CheckFailure(f"{name} is {actual!r}, expected {expected!r}"
-                           + (f". Hint: {hint}" if hint else ""))
+        raise CheckFailure(
+            f"{name} is {actual!r}, expected {expected!r}" + (f". Hint: {hint}" if hint else "")
+        )

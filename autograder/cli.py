@@ -38,11 +38,20 @@ def cmd_grade(args) -> int:
     from .grade import grade
 
     course = _course(args)
-    result = grade(course, args.name, students=args.student, workers=args.workers,
-                   scheduler=args.scheduler, force=args.force, progress=not args.quiet,
-                   cell_timeout=args.cell_timeout)
-    print(f"Graded {len(result['graded'])}, already graded {len(result['skipped'])} "
-          f"(use --force to grade again). Isolation: {result['isolation']}")
+    result = grade(
+        course,
+        args.name,
+        students=args.student,
+        workers=args.workers,
+        scheduler=args.scheduler,
+        force=args.force,
+        progress=not args.quiet,
+        cell_timeout=args.cell_timeout,
+    )
+    print(
+        f"Graded {len(result['graded'])}, already graded {len(result['skipped'])} "
+        f"(use --force to grade again). Isolation: {result['isolation']}"
+    )
     print(f"Next: autograder report {args.name}")
     return 0
 
@@ -68,7 +77,9 @@ def cmd_feedback(args) -> int:
     course.require()
     result = course.nbgrader_api().generate_feedback(args.name, force=True)
     if not result.get("success"):
-        raise CourseError(f"nbgrader generate_feedback failed:\n{result.get('error') or result.get('log')}")
+        raise CourseError(
+            f"nbgrader generate_feedback failed:\n{result.get('error') or result.get('log')}"
+        )
     print(f"Feedback written under {course.path('feedback')}")
     return 0
 
@@ -98,8 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         p.set_defaults(func=func)
         if name not in ("validate", "demo"):
-            p.add_argument("--course", type=Path, default=None,
-                           help="course workspace (default: course-workspace/ in the checkout)")
+            p.add_argument(
+                "--course",
+                type=Path,
+                default=None,
+                help="course workspace (default: course-workspace/ in the checkout)",
+            )
         return p
 
     add("init", cmd_init, "create a course workspace wired to assignments/")
@@ -138,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autograder: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("\nautograder: interrupted; run the same command again to finish the rest",
-              file=sys.stderr)
+        print(
+            "\nautograder: interrupted; run the same command again to finish the rest",
+            file=sys.stderr,
+        )
         return 130
 
 

@@ -18,11 +18,11 @@ import dataclasses
 import os
 import shutil
 import sys
-import tomllib
 from pathlib import Path
 
 import jupytext
 import nbformat
+import tomllib
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENTS_DIR = PROJECT_ROOT / "assignments"
@@ -30,7 +30,7 @@ DEFAULT_COURSE_DIR = PROJECT_ROOT / "course-workspace"
 COURSE_ID = "transformers-course"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
-NBGRADER_CONFIG = '''\
+NBGRADER_CONFIG = """\
 # nbgrader configuration for this course workspace (written by `autograder init`).
 c = get_config()  # noqa: F821
 c.CourseDirectory.root = {root!r}
@@ -41,7 +41,7 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # Hidden checks live in the autograder, not in notebooks: nothing to strip or restore.
 c.GenerateAssignment.preprocessors_exclude = []
 c.Exchange.root = {exchange!r}
-'''
+"""
 
 
 class CourseError(Exception):
@@ -159,7 +159,9 @@ class Course:
         for kind in ("source", "release", "submitted", "autograded", "feedback", "autograder"):
             self.path(kind).mkdir(parents=True, exist_ok=True)
         config = NBGRADER_CONFIG.format(
-            root=str(self.root), course_id=COURSE_ID, db_url=self.db_url,
+            root=str(self.root),
+            course_id=COURSE_ID,
+            db_url=self.db_url,
             exchange=str(self.root / "exchange"),
         )
         (self.root / "nbgrader_config.py").write_text(config)
@@ -194,7 +196,9 @@ class Course:
         config.CourseDirectory.root = str(self.root)
         config.CourseDirectory.course_id = COURSE_ID
         config.CourseDirectory.db_url = self.db_url
-        config.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+        config.ClearSolutions.code_stub = {
+            "python": "# YOUR CODE HERE\nraise NotImplementedError()"
+        }
         config.ClearSolutions.text_stub = "YOUR ANSWER HERE"
         config.Exchange.root = str(self.root / "exchange")
         coursedir = CourseDirectory(config=config)

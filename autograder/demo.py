@@ -20,8 +20,12 @@ from .submissions import make_class, write_submissions
 DEMO_CELL_TIMEOUT = 10
 
 
-def demo(directory: str | None = None, assignments: list[str] | None = None,
-         workers: int | None = 2, log=print) -> Path:
+def demo(
+    directory: str | None = None,
+    assignments: list[str] | None = None,
+    workers: int | None = 2,
+    log=print,
+) -> Path:
     root = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="autograder-demo-"))
     course = Course(root / "course")
     log(f"Demo course workspace: {course.root}")
@@ -37,8 +41,13 @@ def demo(directory: str | None = None, assignments: list[str] | None = None,
         write_submissions(course, spec, students)
         log(f"Handed in {len(students)} submissions: {', '.join(students)}")
         # Keep the infinite-loop student short in a demo.
-        grade(course, name, workers=workers, log=log,
-              cell_timeout=min(spec.cell_timeout, DEMO_CELL_TIMEOUT))
+        grade(
+            course,
+            name,
+            workers=workers,
+            log=log,
+            cell_timeout=min(spec.cell_timeout, DEMO_CELL_TIMEOUT),
+        )
         records = report.collect(course, name)
         log("\n" + report.as_table(records) + "\n")
         (reports / f"{name}.json").write_text(report.as_json(records))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 import shutil
 import subprocess
 import time
@@ -118,8 +117,12 @@ class KernelSession:
         # the control channel instead, and ipykernel signals itself.
         self.km.kernel_spec.interrupt_mode = "message"
         # The kernel's own console chatter is of no use to anyone grading.
-        run_sync(self.km.start_kernel)(env=kernel_environment(self.workdir), cwd=str(self.workdir),
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run_sync(self.km.start_kernel)(
+            env=kernel_environment(self.workdir),
+            cwd=str(self.workdir),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.client = _CappedClient(
             nb,
             km=self.km,
@@ -202,7 +205,9 @@ class KernelSession:
                     break
                 continue
             if errors:
-                self.events.append(f"{label} raised {errors[0].get('ename')}: {errors[0].get('evalue')}"[:300])
+                self.events.append(
+                    f"{label} raised {errors[0].get('ename')}: {errors[0].get('evalue')}"[:300]
+                )
                 continue
             self._good_cells.append(index)
 
@@ -211,7 +216,11 @@ class KernelSession:
             return False
         try:
             reply = run_sync(self.client.kc.execute_interactive)(
-                "pass", silent=True, store_history=False, timeout=timeout, output_hook=lambda m: None
+                "pass",
+                silent=True,
+                store_history=False,
+                timeout=timeout,
+                output_hook=lambda m: None,
             )
             return reply["content"]["status"] == "ok"
         except Exception:

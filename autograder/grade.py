@@ -45,11 +45,23 @@ def _job(course: Course, spec: AssignmentSpec, student: str, notebook_id: str, g
     auto_points, manual_ids = grade_cell_ids(gb, notebook_id, spec.name)
     try:
         nb = read_submission(submission_dir / f"{notebook_id}.ipynb")
-        nb, findings = sanitize(nb, db_url=course.db_url, assignment=spec.name,
-                                notebook_id=notebook_id, student=student, gradebook=gb)
+        nb, findings = sanitize(
+            nb,
+            db_url=course.db_url,
+            assignment=spec.name,
+            notebook_id=notebook_id,
+            student=student,
+            gradebook=gb,
+        )
     except NotGradable as exc:
-        outcome = {"notebook": None, "checks": [], "events": [f"not graded: {exc}"],
-                   "findings": [], "isolation": isolation_level(), "seconds": 0.0}
+        outcome = {
+            "notebook": None,
+            "checks": [],
+            "events": [f"not graded: {exc}"],
+            "findings": [],
+            "isolation": isolation_level(),
+            "seconds": 0.0,
+        }
         return None, outcome, auto_points, manual_ids
     job = {
         "student": student,
@@ -96,9 +108,17 @@ def pending_students(course: Course, spec: AssignmentSpec, students, force: bool
     return todo
 
 
-def grade(course: Course, name: str, students=None, workers: int | None = None,
-          scheduler: str | None = None, force: bool = False, progress: bool = True,
-          log=print, cell_timeout: float | None = None) -> dict:
+def grade(
+    course: Course,
+    name: str,
+    students=None,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    force: bool = False,
+    progress: bool = True,
+    log=print,
+    cell_timeout: float | None = None,
+) -> dict:
     """Grade an assignment. Returns ``{"graded": [...], "skipped": [...], "isolation": ...}``."""
     course.require()
     spec = course.spec(name)
@@ -110,21 +130,28 @@ def grade(course: Course, name: str, students=None, workers: int | None = None,
         except Exception:
             from .course import CourseError
 
-            raise CourseError(f"'{name}' has not been released: run `autograder release {name}`") from None
+            raise CourseError(
+                f"'{name}' has not been released: run `autograder release {name}`"
+            ) from None
     all_students = students or course.students_with_submissions(spec.name)
     todo = pending_students(course, spec, students, force)
     skipped = [s for s in all_students if s not in todo]
     isolation = isolation_level()
-    log(f"Grading {spec.name}: {len(todo)} submission(s) to grade, {len(skipped)} already graded; "
-        f"isolation: {isolation}")
+    log(
+        f"Grading {spec.name}: {len(todo)} submission(s) to grade, {len(skipped)} already graded; "
+        f"isolation: {isolation}"
+    )
     if not todo:
         return {"graded": [], "skipped": skipped, "isolation": isolation}
 
     jobs, pending = [], {}
     with course.gradebook() as gb:
         for student in todo:
-            pending[student] = {"digest": submission_digest(course.path("submitted", student, spec.name)),
-                                "notebooks": {}, "left": len(spec.notebooks)}
+            pending[student] = {
+                "digest": submission_digest(course.path("submitted", student, spec.name)),
+                "notebooks": {},
+                "left": len(spec.notebooks),
+            }
             for notebook_id in spec.notebooks:
                 job, outcome, points, manual = _job(course, spec, student, notebook_id, gb)
                 pending[student]["notebooks"][notebook_id] = (points, manual)
@@ -133,14 +160,24 @@ def grade(course: Course, name: str, students=None, workers: int | None = None,
                 else:
                     jobs.append(job)
 
-    bar = tqdm(total=len(jobs), desc=f"grading {spec.name}", unit="nb", disable=not progress,
-               file=sys.stderr)
+    bar = tqdm(
+        total=len(jobs),
+        desc=f"grading {spec.name}",
+        unit="nb",
+        disable=not progress,
+        file=sys.stderr,
+    )
     try:
         for job, result in _execute(jobs, workers, scheduler):
             if isinstance(result, BaseException):
-                result = {"notebook": job["notebook"], "checks": [], "findings": job["findings"],
-                          "events": [f"grading error: {type(result).__name__}: {result}"[:500]],
-                          "isolation": isolation, "seconds": 0.0}
+                result = {
+                    "notebook": job["notebook"],
+                    "checks": [],
+                    "findings": job["findings"],
+                    "events": [f"grading error: {type(result).__name__}: {result}"[:500]],
+                    "isolation": isolation,
+                    "seconds": 0.0,
+                }
             _finish(course, spec, job["student"], job["notebook_id"], result, pending)
             bar.update(1)
     finally:
@@ -150,16 +187,31 @@ def grade(course: Course, name: str, students=None, workers: int | None = None,
 
 def _finish(course, spec, student, notebook_id, outcome, pending) -> None:
     points, manual = pending[student]["notebooks"][notebook_id]
-    summary = writer.record(course, spec, student, notebook_id, outcome, points, manual,
-                            course.path("submitted", student, spec.name))
+    summary = writer.record(
+        course,
+        spec,
+        student,
+        notebook_id,
+        outcome,
+        points,
+        manual,
+        course.path("submitted", student, spec.name),
+    )
     state = pending[student]
     state.setdefault("done", {})[notebook_id] = summary
     state["left"] -= 1
     if state["left"] == 0:
-        writer.write_result_file(course, spec.name, student, {
-            "student": student, "assignment": spec.name, "digest": state["digest"],
-            "notebooks": state["done"],
-        })
+        writer.write_result_file(
+            course,
+            spec.name,
+            student,
+            {
+                "student": student,
+                "assignment": spec.name,
+                "digest": state["digest"],
+                "notebooks": state["done"],
+            },
+        )
 
 
 def _execute(jobs: list[dict], workers: int | None, scheduler: str | None):
@@ -167,11 +219,19 @@ def _execute(jobs: list[dict], workers: int | None, scheduler: str | None):
     if not jobs:
         return
     if scheduler:
-        from distributed import Client, as_completed as dask_completed
+        from distributed import Client
+        from distributed import as_completed as dask_completed
 
         with Client(scheduler, timeout="30s") as client:
-            futures = {client.submit(_run_job, job, pure=False, key=f"grade-{job['student']}-"
-                                     f"{job['notebook_id']}-{os.urandom(4).hex()}"): job for job in jobs}
+            futures = {
+                client.submit(
+                    _run_job,
+                    job,
+                    pure=False,
+                    key=f"grade-{job['student']}-{job['notebook_id']}-{os.urandom(4).hex()}",
+                ): job
+                for job in jobs
+            }
             for future in dask_completed(futures):
                 try:
                     yield futures[future], future.result()

@@ -34,12 +34,16 @@ def annotate_notebook(nb, table: dict, events: list[str], findings: list[str], i
     for cell in nb.cells:
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
         if cell.cell_type == "code" and grade_id in table:
-            cell.outputs = [nbformat.v4.new_output(
-                "display_data",
-                data={"text/markdown": cell_report_markdown(grade_id, table[grade_id]),
-                      "text/plain": f"hidden checks for {grade_id}: "
-                                    f"{table[grade_id]['score']:g}/{table[grade_id]['max_score']:g}"},
-            )]
+            cell.outputs = [
+                nbformat.v4.new_output(
+                    "display_data",
+                    data={
+                        "text/markdown": cell_report_markdown(grade_id, table[grade_id]),
+                        "text/plain": f"hidden checks for {grade_id}: "
+                        f"{table[grade_id]['score']:g}/{table[grade_id]['max_score']:g}",
+                    },
+                )
+            ]
     notes = [f"- {n}" for n in findings + events] or ["- every cell ran without trouble"]
     summary = "\n".join(["**Autograder notes**", "", f"- isolation: {isolation}", *notes])
     summary_cell = nbformat.v4.new_markdown_cell(summary)
@@ -49,8 +53,16 @@ def annotate_notebook(nb, table: dict, events: list[str], findings: list[str], i
     return nb
 
 
-def record(course: Course, spec, student: str, notebook_id: str, outcome: dict,
-           auto_points: dict, manual_ids: set, submission_dir: Path) -> dict:
+def record(
+    course: Course,
+    spec,
+    student: str,
+    notebook_id: str,
+    outcome: dict,
+    auto_points: dict,
+    manual_ids: set,
+    submission_dir: Path,
+) -> dict:
     """Write the autograded notebook and the gradebook rows for one notebook.
 
     ``outcome`` is the runner's result, or for a notebook that could not be run
@@ -64,8 +76,13 @@ def record(course: Course, spec, student: str, notebook_id: str, outcome: dict,
     manual_scores: dict[str, float | None] = {}
     if nb is not None:
         nb = nbformat.from_dict(nb)
-        annotate_notebook(nb, table, outcome.get("events", []), outcome.get("findings", []),
-                          outcome.get("isolation", ""))
+        annotate_notebook(
+            nb,
+            table,
+            outcome.get("events", []),
+            outcome.get("findings", []),
+            outcome.get("isolation", ""),
+        )
         for cell in nb.cells:
             gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
             if gid in manual_ids:

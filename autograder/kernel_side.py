@@ -44,9 +44,7 @@ class _AutograderBridge:
         def tripwire(name, original):
             def _blocked(*args, **kwargs):
                 violations.append(name)
-                raise RuntimeError(
-                    f"{name} is not allowed in this exercise: implement it yourself"
-                )
+                raise RuntimeError(f"{name} is not allowed in this exercise: implement it yourself")
 
             _blocked.__wrapped_original__ = original
             return _blocked
@@ -110,7 +108,9 @@ class _AutograderBridge:
             tensors[key] = value.detach().to("cpu").contiguous()
             return {"type": "tensor", "key": key}
         if type(value).__module__ == "numpy" and hasattr(value, "shape"):
-            return self._encode(torch.from_numpy(__import__("numpy").asarray(value)), tensors, depth)
+            return self._encode(
+                torch.from_numpy(__import__("numpy").asarray(value)), tensors, depth
+            )
         if isinstance(value, bool):
             return {"type": "bool", "value": value}
         if isinstance(value, int):
@@ -215,7 +215,8 @@ class _AutograderBridge:
         student = [
             f
             for f in frames
-            if f.filename != "<autograder-bridge>" and "site-packages" not in f.filename
+            if f.filename != "<autograder-bridge>"
+            and "site-packages" not in f.filename
             and "/lib/python" not in f.filename
         ]
         where = ""

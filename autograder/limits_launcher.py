@@ -12,7 +12,9 @@ import sys
 
 def main(argv: list[str]) -> None:
     if "--" not in argv:
-        sys.exit("usage: limits_launcher [--as=B --cpu=S --nproc=N --fsize=B --nofile=N --uid=U] -- cmd")
+        sys.exit(
+            "usage: limits_launcher [--as=B --cpu=S --nproc=N --fsize=B --nofile=N --uid=U] -- cmd"
+        )
     split = argv.index("--")
     options = dict(a.lstrip("-").split("=", 1) for a in argv[:split])
     cmd = argv[split + 1 :]
@@ -42,7 +44,9 @@ def _process_count() -> int:
     try:
         uid = os.getuid()
         return sum(
-            1 for pid in os.listdir("/proc") if pid.isdigit() and os.stat(f"/proc/{pid}").st_uid == uid
+            1
+            for pid in os.listdir("/proc")
+            if pid.isdigit() and os.stat(f"/proc/{pid}").st_uid == uid
         )
     except OSError:
         return 1024

@@ -43,7 +43,9 @@ class ForbiddenShortcut(SubmissionError):
 class Submission:
     """What a hidden check sees of a submission: a way to evaluate its names on our inputs."""
 
-    def __init__(self, session, nb, exchange_dir: Path, forbid: tuple[str, ...] = (), call_timeout=60):
+    def __init__(
+        self, session, nb, exchange_dir: Path, forbid: tuple[str, ...] = (), call_timeout=60
+    ):
         self._session = session
         self._nb = nb
         self._dir = Path(exchange_dir)
@@ -56,15 +58,36 @@ class Submission:
     # -- the public API used by checks -------------------------------------------
     def call(self, name: str, *args, forbid=None, seed=None, timeout=None, **kwargs) -> Any:
         """Call the student's function ``name(*args, **kwargs)``; returns tensors/scalars."""
-        return self._request("call", name=name, args=args, kwargs=kwargs, forbid=forbid,
-                             seed=seed, timeout=timeout)
+        return self._request(
+            "call", name=name, args=args, kwargs=kwargs, forbid=forbid, seed=seed, timeout=timeout
+        )
 
-    def module(self, name: str, *args, init=None, state=None, method="forward", forbid=None,
-               seed=0, timeout=None, **kwargs) -> Any:
+    def module(
+        self,
+        name: str,
+        *args,
+        init=None,
+        state=None,
+        method="forward",
+        forbid=None,
+        seed=0,
+        timeout=None,
+        **kwargs,
+    ) -> Any:
         """Instantiate the student's class ``name(**init)``, load ``state`` (a state_dict we
         made) if given, and return ``getattr(module, method)(*args, **kwargs)`` under no_grad."""
-        return self._request("module", name=name, args=args, kwargs=kwargs, init=init or {},
-                             state=state, method=method, forbid=forbid, seed=seed, timeout=timeout)
+        return self._request(
+            "module",
+            name=name,
+            args=args,
+            kwargs=kwargs,
+            init=init or {},
+            state=state,
+            method=method,
+            forbid=forbid,
+            seed=seed,
+            timeout=timeout,
+        )
 
     def module_state(self, name: str, init=None, seed=0) -> dict[str, torch.Tensor]:
         """The freshly initialised state_dict of the student's class ``name(**init)``."""
@@ -73,12 +96,29 @@ class Submission:
     def run(self, code: str, forbid=None, timeout=None, seed=None, **inputs) -> Any:
         """Run checker-written ``code`` in the student's namespace with ``inputs`` bound;
         the value of ``result`` comes back. For checks that need more than one call."""
-        return self._request("exec", code=code, args=tuple(inputs.values()),
-                             arg_names=list(inputs), forbid=forbid, timeout=timeout, seed=seed)
+        return self._request(
+            "exec",
+            code=code,
+            args=tuple(inputs.values()),
+            arg_names=list(inputs),
+            forbid=forbid,
+            timeout=timeout,
+            seed=seed,
+        )
 
     # -- transport ------------------------------------------------------------------
-    def _request(self, kind, *, args=(), kwargs=None, forbid=None, timeout=None, state=None,
-                 init=None, **fields) -> Any:
+    def _request(
+        self,
+        kind,
+        *,
+        args=(),
+        kwargs=None,
+        forbid=None,
+        timeout=None,
+        state=None,
+        init=None,
+        **fields,
+    ) -> Any:
         n = next(self._counter)
         tensors: dict[str, torch.Tensor] = {}
         request = {"kind": kind, **fields}
@@ -91,8 +131,10 @@ class Submission:
                 tensors[f"state.{key}"] = value.detach().contiguous()
             request["load_state"] = True
         request["forbid"] = list(self.default_forbid if forbid is None else forbid)
-        paths = {s: self._dir / f"{n}-{s}" for s in ("request.json", "in.safetensors",
-                                                     "reply.json", "reply.safetensors")}
+        paths = {
+            s: self._dir / f"{n}-{s}"
+            for s in ("request.json", "in.safetensors", "reply.json", "reply.safetensors")
+        }
         if tensors:
             save_file(tensors, paths["in.safetensors"])
             request["tensors"] = str(paths["in.safetensors"])
@@ -102,10 +144,13 @@ class Submission:
         for p in paths.values():
             if p.exists():
                 hand_over(p, self._session.slot)
-        self._run_in_kernel(f"__autograder__.handle({str(paths['request.json'])!r})",
-                            timeout or self.call_timeout)
+        self._run_in_kernel(
+            f"__autograder__.handle({str(paths['request.json'])!r})", timeout or self.call_timeout
+        )
         reply = _read_json(paths["reply.json"])
-        for name in reply.get("violations", []) if isinstance(reply.get("violations"), list) else []:
+        for name in (
+            reply.get("violations", []) if isinstance(reply.get("violations"), list) else []
+        ):
             raise ForbiddenShortcut(
                 f"your code called {name}, which this exercise asks you to implement yourself"
             )
@@ -142,10 +187,15 @@ def _encode(value, tensors, key):
     if isinstance(value, (int, float, str)) or value is None:
         return {"type": type(value).__name__.replace("NoneType", "none"), "value": value}
     if isinstance(value, (tuple, list)):
-        return {"type": "tuple" if isinstance(value, tuple) else "list",
-                "items": [_encode(v, tensors, f"{key}.{i}") for i, v in enumerate(value)]}
+        return {
+            "type": "tuple" if isinstance(value, tuple) else "list",
+            "items": [_encode(v, tensors, f"{key}.{i}") for i, v in enumerate(value)],
+        }
     if isinstance(value, dict):
-        return {"type": "dict", "items": {k: _encode(v, tensors, f"{key}.{k}") for k, v in value.items()}}
+        return {
+            "type": "dict",
+            "items": {k: _encode(v, tensors, f"{key}.{k}") for k, v in value.items()},
+        }
     raise TypeError(f"cannot send {type(value).__name__} to the kernel")
 
 
@@ -156,7 +206,9 @@ def _read_bytes(path: Path, limit: int, missing_ok=False) -> bytes | None:
     except FileNotFoundError:
         if missing_ok:
             return None
-        raise SubmissionError("your kernel sent back no reply (was the check protocol altered?)") from None
+        raise SubmissionError(
+            "your kernel sent back no reply (was the check protocol altered?)"
+        ) from None
     except OSError as exc:
         raise SubmissionError(f"unreadable reply from the kernel ({exc.strerror})") from None
     with os.fdopen(fd, "rb") as f:

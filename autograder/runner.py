@@ -24,6 +24,7 @@ from .execute import KernelSession, prepare_workdir
 from .protocol import Submission
 from .sandbox import Limits, isolation_level
 
+
 class _CheckPlugin:
     """pytest plugin: provides the ``submission`` fixture and records every check."""
 
@@ -51,33 +52,54 @@ class _CheckPlugin:
             message = ""
             if call.excinfo is not None:
                 exc = call.excinfo.value
-                message = str(exc) if isinstance(exc, AssertionError) and str(exc) else (
-                    f"{type(exc).__name__}: {exc}")
-            self.records.append({
-                "id": item.nodeid.split("::", 1)[-1],
-                "module": Path(str(item.fspath)).stem,
-                "description": doc + (f" [{item.callspec.id}]" if hasattr(item, "callspec") else ""),
-                "grade_cell": cell.args[0] if cell else None,
-                "weight": float(weight.args[0]) if weight else 1.0,
-                "pitfall": pitfall.args[0] if pitfall else None,
-                "passed": report.outcome == "passed",
-                "message": message.split("\nassert ")[0][:1500],
-            })
+                message = (
+                    str(exc)
+                    if isinstance(exc, AssertionError) and str(exc)
+                    else (f"{type(exc).__name__}: {exc}")
+                )
+            self.records.append(
+                {
+                    "id": item.nodeid.split("::", 1)[-1],
+                    "module": Path(str(item.fspath)).stem,
+                    "description": doc
+                    + (f" [{item.callspec.id}]" if hasattr(item, "callspec") else ""),
+                    "grade_cell": cell.args[0] if cell else None,
+                    "weight": float(weight.args[0]) if weight else 1.0,
+                    "pitfall": pitfall.args[0] if pitfall else None,
+                    "passed": report.outcome == "passed",
+                    "message": message.split("\nassert ")[0][:1500],
+                }
+            )
 
 
 def run_checks(checks_dir: Path, submission: Submission) -> list[dict]:
     """Run the hidden pytest checks in this process against ``submission``."""
     plugin = _CheckPlugin(submission)
     args = [
-        str(checks_dir), "-p", "no:cacheprovider", "-p", "no:terminal",
-        "--import-mode=importlib", "--rootdir", str(checks_dir), "-W", "ignore",
-        "-o", "python_files=test_*.py", "-o", "addopts=", "-o", "testpaths=",
+        str(checks_dir),
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:terminal",
+        "--import-mode=importlib",
+        "--rootdir",
+        str(checks_dir),
+        "-W",
+        "ignore",
+        "-o",
+        "python_files=test_*.py",
+        "-o",
+        "addopts=",
+        "-o",
+        "testpaths=",
     ]
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         code = pytest.main(args, plugins=[plugin])
     if code not in (0, 1) or not plugin.records:
-        raise RuntimeError(f"the hidden checks could not run (pytest exit {code}): {out.getvalue()[-2000:]}")
+        raise RuntimeError(
+            f"the hidden checks could not run (pytest exit {code}): {out.getvalue()[-2000:]}"
+        )
     return plugin.records
 
 
@@ -109,8 +131,13 @@ def grade_notebook(job: dict) -> dict:
         )
         if session.alive():
             session.install_bridge(Path(kernel_side.__file__).read_text())
-        submission = Submission(session, nb, workdir / ".autograder", forbid=tuple(job.get("forbid", [])),
-                                call_timeout=job.get("call_timeout", 60))
+        submission = Submission(
+            session,
+            nb,
+            workdir / ".autograder",
+            forbid=tuple(job.get("forbid", [])),
+            call_timeout=job.get("call_timeout", 60),
+        )
         records = run_checks(Path(job["checks_dir"]), submission)
     except Exception as exc:  # the grader must survive any submission
         error = f"{type(exc).__name__}: {exc}"[:1000]

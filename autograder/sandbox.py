@@ -149,8 +149,16 @@ def wrap_command(
         # As root: no user namespace (root inside one still counts as uid 0 for
         # RLIMIT_NPROC). The launcher drops to an unprivileged uid of this slot
         # inside the sandbox, which clears every capability.
-        args = [bwrap, "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid",
-                "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        args = [
+            bwrap,
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-net",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+        ]
         limit_args.append(f"--uid={sandbox_uid(slot)}")
     else:
         args = [bwrap, "--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL"]
@@ -176,7 +184,9 @@ def wrap_command(
     for path in hidden:
         path = Path(path).resolve()
         if path.exists() and not workdir.resolve().is_relative_to(path):
-            args += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
+            args += (
+                ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
+            )
     args += _parent_dirs(workdir.resolve(), made)
     args += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir)]
     args += ["--setenv", "HOME", str(workdir), "--setenv", "TMPDIR", "/tmp"]

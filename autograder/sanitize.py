@@ -55,7 +55,9 @@ def _source(cell) -> str:
     return "".join(src) if isinstance(src, list) else str(src)
 
 
-def tamper_report(nb: nbformat.NotebookNode, gradebook, notebook_id: str, assignment: str) -> list[str]:
+def tamper_report(
+    nb: nbformat.NotebookNode, gradebook, notebook_id: str, assignment: str
+) -> list[str]:
     """Differences between the submission's locked/grade cells and the gradebook's copies."""
     findings: list[str] = []
     source_nb = gradebook.find_notebook(notebook_id, assignment)
@@ -79,7 +81,9 @@ def tamper_report(nb: nbformat.NotebookNode, gradebook, notebook_id: str, assign
             findings.append(f"locked cell '{name}' was deleted (restored from the gradebook)")
     expected_order = [c.name for c in source_nb.source_cells if c.name in seen]
     if [s for s in seen if s in expected_order] != expected_order:
-        findings.append("graded cells were re-ordered (grading uses the hidden checks, not the order)")
+        findings.append(
+            "graded cells were re-ordered (grading uses the hidden checks, not the order)"
+        )
     return findings
 
 
@@ -94,8 +98,13 @@ def sanitize(nb, *, db_url: str, assignment: str, notebook_id: str, student: str
             "student": student,
         }
     }
-    steps = [ClearOutput(), DeduplicateIds(), OverwriteKernelspec(),
-             OverwriteCells(add_missing_cells=True), CheckCellMetadata()]
+    steps = [
+        ClearOutput(),
+        DeduplicateIds(),
+        OverwriteKernelspec(),
+        OverwriteCells(add_missing_cells=True),
+        CheckCellMetadata(),
+    ]
     for step in steps:
         try:
             nb, resources = step.preprocess(nb, resources)
@@ -111,6 +120,3 @@ def grade_cell_ids(gradebook, notebook_id: str, assignment: str) -> tuple[dict, 
     auto = {c.name: c.max_score for c in source_nb.grade_cells if c.name not in solution_ids}
     manual = {c.name for c in source_nb.grade_cells if c.name in solution_ids}
     return auto, manual
-
-
-

@@ -30,10 +30,15 @@ def score_cells(points: dict[str, float], checks: list[dict]) -> dict[str, dict]
 
 def cell_report_markdown(grade_id: str, entry: dict) -> str:
     """The report written into an autograded test cell (shown in formgrader and feedback)."""
-    lines = [f"**Hidden checks for `{grade_id}`: {entry['score']:g} / {entry['max_score']:g} points**"
-             f" ({entry['passed']} of {entry['total']} checks passed)", ""]
+    lines = [
+        f"**Hidden checks for `{grade_id}`: {entry['score']:g} / {entry['max_score']:g} points**"
+        f" ({entry['passed']} of {entry['total']} checks passed)",
+        "",
+    ]
     if not entry["total"]:
-        lines.append("- no result: the checks could not run for this submission (see the notes above)")
+        lines.append(
+            "- no result: the checks could not run for this submission (see the notes above)"
+        )
     for check in entry["checks"]:
         mark = "✔" if check["passed"] else "✘"
         line = f"- {mark} {html.escape(check['description'])}"

@@ -114,13 +114,16 @@ def make_class(course: Course, spec: AssignmentSpec, *, broken: bool = False) ->
         for mutant in spec.mutants:
             if mutant.notebook == nb_id:
                 mutated = notebook_from_text(apply_mutant(spec, mutant))
-                students.setdefault(f"mutant-{mutant.name}", {})[nb_id] = fill_solutions(released, mutated)
+                students.setdefault(f"mutant-{mutant.name}", {})[nb_id] = fill_solutions(
+                    released, mutated
+                )
         if not broken:
             continue
         tamper = fill_solutions(released, source)
         _insert_after_first_code(tamper, TAMPER_PATCH)
-        tamper.cells.append(nbformat.v4.new_code_cell(
-            TAMPER_CORRUPT.format(names=solution_defined_names(source))))
+        tamper.cells.append(
+            nbformat.v4.new_code_cell(TAMPER_CORRUPT.format(names=solution_defined_names(source)))
+        )
         students.setdefault("tamper-allclose", {})[nb_id] = tamper
         syntax = fill_solutions(released, source)
         first_solution = next(c for c in syntax.cells if c.cell_type == "code" and _is_solution(c))
@@ -130,8 +133,11 @@ def make_class(course: Course, spec: AssignmentSpec, *, broken: bool = False) ->
         _insert_after_first_code(loop, "# forgot to remove this experiment\nwhile True:\n    pass")
         students.setdefault("broken-infinite-loop", {})[nb_id] = loop
         warns = fill_solutions(released, source)
-        _insert_after_first_code(warns, "import sys, warnings\nwarnings.warn('a harmless warning')\n"
-                                        "print('something on stderr', file=sys.stderr)")
+        _insert_after_first_code(
+            warns,
+            "import sys, warnings\nwarnings.warn('a harmless warning')\n"
+            "print('something on stderr', file=sys.stderr)",
+        )
         students.setdefault("warns-on-stderr", {})[nb_id] = warns
         students.setdefault("broken-not-json", {})[nb_id] = b'{"cells": [ this is not json'
     return students

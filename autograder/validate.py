@@ -25,8 +25,12 @@ def expectations(spec, records: list[dict]) -> list[dict]:
         rows.append({"student": student, "expected": expected, "ok": bool(ok), "detail": detail})
 
     ref = by_student.get("reference")
-    row("reference", "full marks", ref and ref["score"] == ref["max_score"] and ref["max_score"] > 0,
-        _score(ref) + _failures(ref))
+    row(
+        "reference",
+        "full marks",
+        ref and ref["score"] == ref["max_score"] and ref["max_score"] > 0,
+        _score(ref) + _failures(ref),
+    )
     stub = by_student.get("stub")
     row("stub", "zero", stub and stub["score"] == 0, _score(stub) + _failures(stub, passed=True))
     for mutant in spec.mutants:
@@ -35,13 +39,21 @@ def expectations(spec, records: list[dict]) -> list[dict]:
         if rec is None:
             row(student, f"loses points on {', '.join(mutant.breaks)}", False, "not graded")
             continue
-        missed = [g for g in mutant.breaks
-                  if rec["exercises"].get(g, {}).get("score", 0) >= rec["exercises"].get(g, {}).get(
-                      "max_score", 0)]
+        missed = [
+            g
+            for g in mutant.breaks
+            if rec["exercises"].get(g, {}).get("score", 0)
+            >= rec["exercises"].get(g, {}).get("max_score", 0)
+        ]
         caught_by = sorted({f["check"] for f in rec["failed_checks"]})
-        row(student, f"loses points on {', '.join(mutant.breaks)}", not missed,
-            _score(rec) + (f"; NOT caught on {', '.join(missed)}" if missed else "")
-            + (f"; caught by {', '.join(caught_by[:4])}" if caught_by else ""))
+        row(
+            student,
+            f"loses points on {', '.join(mutant.breaks)}",
+            not missed,
+            _score(rec)
+            + (f"; NOT caught on {', '.join(missed)}" if missed else "")
+            + (f"; caught by {', '.join(caught_by[:4])}" if caught_by else ""),
+        )
     return rows
 
 

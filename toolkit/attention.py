@@ -128,7 +128,9 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
-    def forward(self, x_q: Tensor, x_kv: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, x_q: Tensor, x_kv: Tensor | None = None, mask: Tensor | None = None
+    ) -> Tensor:
         """
         Args:
             x_q: ``(B, T_q, d_model)`` the sequence that asks.

@@ -145,9 +145,7 @@ def band_mask(n: int, radius: int, *, device=None) -> Tensor:
     return _offsets(n, device).abs() <= radius  # |i - j| <= r
 
 
-def dilated_mask(
-    n: int, window: int, dilation: int, causal: bool = True, *, device=None
-) -> Tensor:
+def dilated_mask(n: int, window: int, dilation: int, causal: bool = True, *, device=None) -> Tensor:
     """Dilated (strided) sliding window (Longformer, arXiv 2004.05150).
 
     The query sees ``window`` keys per side counting itself, spaced ``dilation``
@@ -171,9 +169,7 @@ def dilated_mask(
     return on_stride & in_reach
 
 
-def global_token_mask(
-    n: int, global_indices, base: Tensor | None = None, *, device=None
-) -> Tensor:
+def global_token_mask(n: int, global_indices, base: Tensor | None = None, *, device=None) -> Tensor:
     """Add global tokens to a pattern: they attend to all keys and all queries attend to them.
 
     Args:
@@ -284,9 +280,7 @@ def bigbird_mask(
     window = block_dist <= window_blocks // 2
     n_global = min(global_blocks * block_size, n)
     mask = global_token_mask(n, range(n_global), base=window, device=device)
-    return random_block_mask(
-        n, block_size, random_blocks, seed=seed, base=mask, device=device
-    )
+    return random_block_mask(n, block_size, random_blocks, seed=seed, base=mask, device=device)
 
 
 def mask_cell_count(mask: Tensor) -> int:

@@ -28,8 +28,9 @@ def _extra_students(course, spec):
         return lambda nb: nb.cells.insert(2, nbformat.v4.new_code_cell(source))
 
     def drop_test_cell(nb):
-        nb.cells = [c for c in nb.cells
-                    if c.metadata.get("nbgrader", {}).get("grade_id") != "test_softmax"]
+        nb.cells = [
+            c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "test_softmax"
+        ]
 
     def edit_points(nb):
         for c in nb.cells:
@@ -41,8 +42,11 @@ def _extra_students(course, spec):
         "exits-kernel": variant(add_cell("import os\nos._exit(3)")),
         "deleted-test-cell": variant(drop_test_cell),
         "edited-points": variant(edit_points),
-        "uses-forbidden": variant(lambda nb: nb.cells.append(
-            nbformat.v4.new_code_cell("def softmax(x):\n    return torch.softmax(x, -1)"))),
+        "uses-forbidden": variant(
+            lambda nb: nb.cells.append(
+                nbformat.v4.new_code_cell("def softmax(x):\n    return torch.softmax(x, -1)")
+            )
+        ),
         "empty-file": {"tiny": b""},
     }
 
@@ -53,7 +57,9 @@ def graded(tiny_course):
     students = make_class(tiny_course, spec, broken=True)
     students.update(_extra_students(tiny_course, spec))
     write_submissions(tiny_course, spec, students)
-    first = grade(tiny_course, "00-tiny", workers=2, progress=False, cell_timeout=5, log=lambda *a: None)
+    first = grade(
+        tiny_course, "00-tiny", workers=2, progress=False, cell_timeout=5, log=lambda *a: None
+    )
     records = {r["student"]: r for r in report.collect(tiny_course, "00-tiny")}
     return tiny_course, first, records
 
@@ -79,7 +85,10 @@ def test_stub_scores_zero_and_unanswered_question_gets_no_manual_wait(graded):
 def test_mutant_is_caught_by_the_named_pitfall(graded):
     rec = graded[2]["mutant-no-shift"]
     assert rec["score"] < rec["max_score"]
-    assert any(f["pitfall"] == "softmax without subtracting the max overflows" for f in rec["failed_checks"])
+    assert any(
+        f["pitfall"] == "softmax without subtracting the max overflows"
+        for f in rec["failed_checks"]
+    )
 
 
 def test_patching_allclose_in_the_kernel_earns_nothing(graded):
@@ -108,8 +117,9 @@ def test_a_cell_that_kills_the_kernel_is_survived(graded):
     assert any("restarted" in n for n in rec["notes"])
 
 
-@pytest.mark.parametrize("student,reason", [("broken-not-json", "not valid notebook JSON"),
-                                            ("empty-file", "empty")])
+@pytest.mark.parametrize(
+    "student,reason", [("broken-not-json", "not valid notebook JSON"), ("empty-file", "empty")]
+)
 def test_unreadable_notebooks_score_zero_with_a_reason(graded, student, reason):
     rec = graded[2][student]
     assert rec["score"] == 0.0 and any(reason in n for n in rec["notes"])
@@ -121,7 +131,9 @@ def test_tampered_test_cells_are_restored_and_reported(graded):
     assert any("deleted" in n for n in records["deleted-test-cell"]["notes"])
     edited = records["edited-points"]
     assert edited["max_score"] == 2.0 and edited["score"] == 2.0
-    assert any("points" in n for n in edited["notes"]) and any("edited" in n for n in edited["notes"])
+    assert any("points" in n for n in edited["notes"]) and any(
+        "edited" in n for n in edited["notes"]
+    )
 
 
 def test_forbidden_shortcut_is_reported(graded):
@@ -142,8 +154,9 @@ def test_rerun_grades_nothing_new_and_force_regrades_without_double_counting(gra
     course, _, records = graded
     again = grade(course, "00-tiny", workers=1, progress=False, log=lambda *a: None)
     assert again["graded"] == [] and len(again["skipped"]) == len(records)
-    forced = grade(course, "00-tiny", students=["reference"], force=True, progress=False,
-                   log=lambda *a: None)
+    forced = grade(
+        course, "00-tiny", students=["reference"], force=True, progress=False, log=lambda *a: None
+    )
     assert forced["graded"] == ["reference"]
     with course.gradebook() as gb:
         assert gb.find_submission("00-tiny", "reference").code_score == 2.0

@@ -12,19 +12,28 @@ from autograder.scoring import score_cells
 
 def test_decode_rebuilds_nested_values():
     tensors = {"t0": torch.ones(2)}
-    spec = {"type": "list", "items": [{"type": "tensor", "key": "t0"}, {"type": "float", "value": 1.5},
-                                      {"type": "dict", "items": {"a": {"type": "none"}}}]}
+    spec = {
+        "type": "list",
+        "items": [
+            {"type": "tensor", "key": "t0"},
+            {"type": "float", "value": 1.5},
+            {"type": "dict", "items": {"a": {"type": "none"}}},
+        ],
+    }
     out = protocol._decode(spec, tensors, 0)
     assert torch.equal(out[0], torch.ones(2)) and out[1] == 1.5 and out[2] == {"a": None}
 
 
-@pytest.mark.parametrize("spec", [
-    {"type": "tensor", "key": "missing"},
-    {"type": "pickle", "value": "x"},
-    {"type": "int", "value": "not an int"},
-    {"type": "list", "items": [{"type": "none"}] * (protocol.MAX_ITEMS + 1)},
-    "not a dict",
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"type": "tensor", "key": "missing"},
+        {"type": "pickle", "value": "x"},
+        {"type": "int", "value": "not an int"},
+        {"type": "list", "items": [{"type": "none"}] * (protocol.MAX_ITEMS + 1)},
+        "not a dict",
+    ],
+)
 def test_decode_refuses_malformed_replies(spec):
     with pytest.raises(protocol.SubmissionError):
         protocol._decode(spec, {}, 0)
