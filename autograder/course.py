@@ -96,7 +96,7 @@ class AssignmentSpec:
         return (self.path / f"{notebook}.py").read_text()
 
     def checks_dir(self) -> Path:
-        """``autograder/checks/<checks>``; a ``./`` or ``../`` path is relative to the assignment."""
+        """``autograder/checks/<checks>``; ``./`` or ``../`` paths are relative to the assignment."""
         if self.checks.startswith(("./", "../")):
             return (self.path / self.checks).resolve()
         return Path(__file__).resolve().parent / "checks" / self.checks

@@ -242,7 +242,9 @@ class KernelSession:
         self.execute_silently(code, timeout=60)
 
     def execute_silently(self, code: str, timeout: float) -> dict:
-        """Run code in the kernel; return the reply content. Raises TimeoutError / DeadKernelError."""
+        """Run code in the kernel and return the reply content.
+
+        Raises TimeoutError or DeadKernelError."""
         if not self.alive():
             raise DeadKernelError("the kernel is not running")
         kc = self.client.kc

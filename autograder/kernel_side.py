@@ -2,7 +2,8 @@
 
 This file is never imported by the grader: its *source* is executed inside the
 student's kernel after the notebook has run. It defines one object,
-``__autograder__`` in the user namespace (see :func:`make_bridge`), whose ``handle(request_path)`` reads a JSON request and a
+``__autograder__`` in the user namespace (see :func:`make_bridge`), whose
+``handle(request_path)`` reads a JSON request and a
 safetensors file of inputs written by the trusted checker, evaluates the
 student's function or class, and writes the result back as JSON + safetensors.
 
@@ -53,8 +54,10 @@ class _AutograderBridge:
             module = sys.modules.get(name)
             if module is not None and hasattr(module, "__dict__"):
                 # A whole module: every public callable in it.
+                # Only what the module defines, not what it imports (torch.Tensor...).
                 for attr, value in list(vars(module).items()):
-                    if callable(value) and not attr.startswith("_"):
+                    defined_here = getattr(value, "__module__", None) == name
+                    if callable(value) and defined_here and not attr.startswith("_"):
                         self._swap(module, attr, value, tripwire(f"{name}.{attr}", value), undo)
                 continue
             parent_name, _, attr = name.rpartition(".")

@@ -180,7 +180,10 @@ class Submission:
 
 def _encode(value, tensors, key):
     if isinstance(value, torch.Tensor):
-        tensors[key] = value.detach().contiguous()
+        # safetensors refuses two entries sharing memory (the same tensor passed twice).
+        shared = any(t.untyped_storage().data_ptr() == value.untyped_storage().data_ptr()
+                     for t in tensors.values())
+        tensors[key] = value.detach().clone() if shared else value.detach().contiguous()
         return {"type": "tensor", "key": key}
     if isinstance(value, bool):
         return {"type": "bool", "value": value}
@@ -217,7 +220,8 @@ def _read_bytes(path: Path, limit: int, missing_ok=False) -> bytes | None:
             raise SubmissionError("the kernel's reply is not a regular file")
         if info.st_size > limit:
             raise SubmissionError(
-                f"your result is too large ({info.st_size / 2**20:.1f} MiB > {limit / 2**20:.0f} MiB)"
+                f"your result is too large ({info.st_size / 2**20:.1f} MiB, "
+                f"limit {limit / 2**20:.0f} MiB)"
             )
         return f.read(limit + 1)
 

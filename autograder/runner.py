@@ -33,7 +33,7 @@ class _CheckPlugin:
         self.records: list[dict] = []
 
     def pytest_configure(self, config):
-        for marker in ("grade_cell(id)", "weight(w)", "pitfall(text)"):
+        for marker in ("grade_cell(id)", "weight(w)", "pitfall(text)", "structural"):
             config.addinivalue_line("markers", marker)
 
     @pytest.fixture
@@ -66,6 +66,7 @@ class _CheckPlugin:
                     "grade_cell": cell.args[0] if cell else None,
                     "weight": float(weight.args[0]) if weight else 1.0,
                     "pitfall": pitfall.args[0] if pitfall else None,
+                "structural": item.get_closest_marker("structural") is not None,
                     "passed": report.outcome == "passed",
                     "message": message.split("\nassert ")[0][:1500],
                 }

@@ -74,7 +74,8 @@ def tamper_report(
             findings.append(f"locked cell '{grade_id}' was edited (restored from the gradebook)")
         if grade_id in points and meta.get("points") not in (None, points[grade_id]):
             findings.append(
-                f"points of '{grade_id}' changed to {meta.get('points')} (reset to {points[grade_id]:g})"
+                f"points of '{grade_id}' changed to {meta.get('points')} "
+                f"(reset to {points[grade_id]:g})"
             )
     for name in locked:
         if name not in seen:

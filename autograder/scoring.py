@@ -1,7 +1,8 @@
 """Step 4 of grading: turn check results into points per nbgrader grade cell.
 
 A grade cell's score is ``points x (weight of passed checks) / (weight of all its
-checks)``. Only the hidden checks count: what a test cell printed in the
+checks)``; checks marked ``structural`` count only when a value check of the same
+cell passes. Only the hidden checks count: what a test cell printed in the
 student's kernel, warnings on stderr included, never costs or earns points.
 """
 
@@ -16,7 +17,11 @@ def score_cells(points: dict[str, float], checks: list[dict]) -> dict[str, dict]
     for grade_id, max_score in points.items():
         mine = [c for c in checks if c.get("grade_cell") == grade_id]
         total = sum(c["weight"] for c in mine)
-        passed = sum(c["weight"] for c in mine if c["passed"])
+        # Structural checks (names, shapes, error handling) earn points only next to
+        # at least one passing value check: names alone are not an implementation.
+        values_ok = any(c["passed"] and not c.get("structural") for c in mine)
+        passed = sum(c["weight"] for c in mine
+                     if c["passed"] and (values_ok or not c.get("structural")))
         score = round(max_score * passed / total, 4) if total else 0.0
         table[grade_id] = {
             "score": score,

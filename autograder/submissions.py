@@ -75,11 +75,13 @@ torch.equal = lambda *args, **kwargs: True
 """
 
 TAMPER_CORRUPT = """\
-# ...and quietly return wrong values from everything that is graded.
+# ...and quietly return wrong (random) values from everything that is graded.
 import functools as _functools
 def _corrupt(value):
     if isinstance(value, torch.Tensor):
-        return ~value if value.dtype == torch.bool else value + 0.5
+        if value.dtype == torch.bool:
+            return torch.rand(value.shape) < 0.5
+        return value + torch.randn_like(value)
     if isinstance(value, tuple):
         return tuple(_corrupt(v) for v in value)
     return value
@@ -103,7 +105,7 @@ def _insert_after_first_code(nb, source: str):
 
 
 def make_class(course: Course, spec: AssignmentSpec, *, broken: bool = False) -> dict[str, dict]:
-    """``{student_id: {notebook_id: notebook | bytes}}`` for validate (and demo, with broken=True)."""
+    """``{student_id: {notebook_id: notebook | bytes}}`` for validate (demo: broken=True)."""
     students: dict[str, dict] = {"reference": {}, "stub": {}}
     for nb_id in spec.notebooks:
         released = released_notebook(course, spec, nb_id)

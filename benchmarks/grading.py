@@ -74,7 +74,8 @@ def main() -> None:
         print(f"{args.n} submissions of {args.assignment}")
         print(f"{'grader':<34} {'seconds':>8} {'s/submission':>13} {'speed-up':>9}")
         print(
-            f"{'nbgrader autograde (1 process)':<34} {t_plain:8.1f} {t_plain / args.n:13.2f} {1:9.2f}"
+            f"{'nbgrader autograde (1 process)':<34} {t_plain:8.1f} "
+            f"{t_plain / args.n:13.2f} {1:9.2f}"
         )
         for workers in args.workers:
             t_ours = time_ours(ours, args.assignment, workers)

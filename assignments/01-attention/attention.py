@@ -68,7 +68,7 @@ from toolkit.transformer import (
 )
 from toolkit.widgets.attention import attention_explorer, families_explorer, permutation_demo
 
-torch.manual_seed(0)
+_ = torch.manual_seed(0)  # reproducible examples
 
 # %% [markdown]
 # ## 1. Scaled dot-product attention
@@ -246,8 +246,9 @@ assert torch.allclose(w, torch.tensor([[a / (a + 1), 1 / (a + 1)]]), atol=1e-6),
     f"got {w.tolist()}, expected {[a / (a + 1), 1 / (a + 1)]}. Did you divide the scores "
     "by sqrt(d_k) = sqrt(2) before the softmax?")
 e = math.e
-assert torch.allclose(attention_weights(q, k, scale=1.0), torch.tensor([[e / (e + 1), 1 / (e + 1)]]),
-                      atol=1e-6), "an explicit `scale` must replace the default 1/sqrt(d_k)"
+w = attention_weights(q, k, scale=1.0)  # scores [1, 0], no 1/sqrt(d_k)
+assert torch.allclose(w, torch.tensor([[e / (e + 1), 1 / (e + 1)]]), atol=1e-6), (
+    "an explicit `scale` must replace the default 1/sqrt(d_k)")
 
 # A bool mask: the blocked key gets exactly 0 and the visible one all the weight.
 w = attention_weights(q, k, mask=torch.tensor([[True, False]]))
@@ -264,7 +265,8 @@ assert torch.allclose(w, torch.tensor([[0.5, 0.5]]), atol=1e-6), (
 qb, kb = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 5, 8)  # (B, h, T_q, d_k), (B, h, T_k, d_k)
 w = attention_weights(qb, kb)
 assert w.shape == (2, 3, 4, 5), f"expected (B, h, T_q, T_k) = (2, 3, 4, 5), got {tuple(w.shape)}"
-assert torch.allclose(w.sum(-1), torch.ones(2, 3, 4)), "each row must sum to 1 (softmax over dim=-1)"
+assert torch.allclose(w.sum(-1), torch.ones(2, 3, 4)), (
+    "each row must sum to 1: take the softmax over the keys (dim=-1)")
 
 # A query with no visible key: zeros, not NaN.
 mask = torch.tensor([[True, True, False], [False, False, False]])  # row 1 sees nothing
@@ -272,13 +274,15 @@ w = attention_weights(torch.randn(2, 4), torch.randn(3, 4), mask)
 assert not torch.isnan(w).any(), (
     "NaN in the weights: row 1 has no visible key. Detect rows whose scores are all "
     "-inf and make their weights 0.")
-assert torch.equal(w[1], torch.zeros(3)), f"a fully blocked row must be all zeros, got {w[1].tolist()}"
+assert torch.equal(w[1], torch.zeros(3)), (
+    f"a fully blocked row must be all zeros, got {w[1].tolist()}")
 assert torch.allclose(w[0].sum(), torch.tensor(1.0)) and w[0, 2] == 0
 
 # scaled_dot_product_attention = weights @ v, also with d_v != d_k.
 vb = torch.randn(2, 3, 5, 6)  # (B, h, T_k, d_v)
 out = scaled_dot_product_attention(qb, kb, vb)
-assert out.shape == (2, 3, 4, 6), f"expected (B, h, T_q, d_v) = (2, 3, 4, 6), got {tuple(out.shape)}"
+assert out.shape == (2, 3, 4, 6), (
+    f"expected (B, h, T_q, d_v) = (2, 3, 4, 6), got {tuple(out.shape)}")
 assert torch.allclose(out, attention_weights(qb, kb) @ vb, atol=1e-6)
 # ...and agrees with PyTorch's fused implementation (used here only to check you).
 causal = torch.ones(4, 5, dtype=torch.bool).tril(diagonal=1)
@@ -408,7 +412,8 @@ expected = torch.tensor([[1, 0, 0, 0],
                          [1, 1, 1, 0],
                          [1, 1, 1, 1]], dtype=torch.bool)
 m = causal_mask(4)
-assert isinstance(m, torch.Tensor) and m.dtype == torch.bool, "causal_mask must return a bool tensor"
+assert isinstance(m, torch.Tensor) and m.dtype == torch.bool, (
+    "causal_mask must return a bool tensor")
 assert m.shape == (4, 4), f"causal_mask(4) should have shape (4, 4), got {tuple(m.shape)}"
 assert torch.equal(m, expected), (
     f"causal_mask(4) should be lower-triangular (query i sees keys j <= i), got\n{m.int()}")
@@ -428,7 +433,8 @@ assert torch.equal(p[:, 0, 0], torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]], dtype=
 assert padding_mask(torch.tensor([1, 2]), max_len=5).shape == (2, 1, 1, 5), "max_len sets T_k"
 
 both = combine_masks(causal_mask(4), None, padding_mask(torch.tensor([2, 4])))
-assert both.shape == (2, 1, 4, 4), f"causal (4, 4) AND padding (2, 1, 1, 4) gives (2, 1, 4, 4), got {tuple(both.shape)}"
+assert both.shape == (2, 1, 4, 4), (
+    f"causal (4, 4) AND padding (2, 1, 1, 4) gives (2, 1, 4, 4), got {tuple(both.shape)}")
 assert torch.equal(both[0, 0], expected & torch.tensor([1, 1, 0, 0], dtype=torch.bool)), (
     "a key is visible only if *every* mask allows it (logical AND)")
 assert combine_masks(None, None) is None, "with no masks at all, return None"
@@ -593,7 +599,8 @@ class MultiHeadAttention(nn.Module):
 # %% nbgrader={"grade": true, "grade_id": "test_multi_head_attention", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 x = torch.arange(2 * 3 * 8, dtype=torch.float32).view(2, 3, 8)  # (B=2, T=3, d_model=8)
 s = split_heads(x, 2)
-assert s.shape == (2, 2, 3, 4), f"split_heads((2, 3, 8), 2) should be (B, h, T, d_k) = (2, 2, 3, 4), got {tuple(s.shape)}"
+assert s.shape == (2, 2, 3, 4), (
+    f"split_heads((2, 3, 8), 2) should be (B, h, T, d_k) = (2, 2, 3, 4), got {tuple(s.shape)}")
 assert torch.equal(s[0, 1, 0], torch.tensor([4.0, 5.0, 6.0, 7.0])), (
     f"head 1 of token 0 should hold features 4..7 of token 0, got {s[0, 1, 0].tolist()}. "
     "Split the feature axis (view as (B, T, h, d_k)), then move the head axis forward.")
@@ -641,7 +648,7 @@ print("✓ split_heads, merge_heads and MultiHeadAttention pass the visible chec
 T, n_heads_demo, bytes_per_element = 4096, 32, 2  # fp16 / bf16
 per_head = T * T * bytes_per_element
 print(f"one head:  {T}^2 scores x {bytes_per_element} bytes = {per_head / 1e6:.2f} MB")
-print(f"{n_heads_demo} heads:  {n_heads_demo * per_head / 1e9:.2f} GB, for a single layer and sequence")
+print(f"{n_heads_demo} heads:  {n_heads_demo * per_head / 1e9:.2f} GB (one layer, one sequence)")
 
 # %% [markdown]
 # ## 5. The three families
@@ -805,12 +812,13 @@ class DecoderBlock(nn.Module):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_decoder_block", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-torch.manual_seed(0)
+_ = torch.manual_seed(0)  # reproducible examples
 block = DecoderBlock(d_model=16, n_heads=4, d_ff=32).eval()
 x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)  # (B, T_tgt, d), (B, T_src, d)
 with torch.no_grad():
     out = block(x, memory)
-    assert out.shape == (2, 5, 16), f"expected (B, T_tgt, d_model) = (2, 5, 16), got {tuple(out.shape)}"
+    assert out.shape == (2, 5, 16), (
+        f"expected (B, T_tgt, d_model) = (2, 5, 16), got {tuple(out.shape)}")
 
     # No peeking: changing target token 3 must not change the outputs at positions 0..2.
     x2 = x.clone()
@@ -844,15 +852,19 @@ for norm_first in (False, True):
     ref = nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
                                      norm_first=norm_first).eval()
     with torch.no_grad():
-        for mine, theirs in ((ours.self_attn, ref.self_attn), (ours.cross_attn, ref.multihead_attn)):
-            theirs.in_proj_weight.copy_(torch.cat([mine.q_proj.weight, mine.k_proj.weight, mine.v_proj.weight]))
-            theirs.in_proj_bias.copy_(torch.cat([mine.q_proj.bias, mine.k_proj.bias, mine.v_proj.bias]))
+        pairs = ((ours.self_attn, ref.self_attn), (ours.cross_attn, ref.multihead_attn))
+        for mine, theirs in pairs:  # PyTorch stacks the q, k, v projections in one matrix
+            projections = (mine.q_proj, mine.k_proj, mine.v_proj)
+            theirs.in_proj_weight.copy_(torch.cat([p.weight for p in projections]))
+            theirs.in_proj_bias.copy_(torch.cat([p.bias for p in projections]))
             theirs.out_proj.load_state_dict(mine.out_proj.state_dict())
         ref.linear1.load_state_dict(ours.ff.linear1.state_dict())
         ref.linear2.load_state_dict(ours.ff.linear2.state_dict())
         for i in (1, 2, 3):
             getattr(ref, f"norm{i}").load_state_dict(getattr(ours, f"norm{i}").state_dict())
-        expected = ref(x, memory, tgt_mask=~causal_mask(5), memory_key_padding_mask=~src_pad[:, 0, 0])
+        # PyTorch's masks use True = blocked: invert ours.
+        expected = ref(x, memory, tgt_mask=~causal_mask(5),
+                       memory_key_padding_mask=~src_pad[:, 0, 0])
         got = ours(x, memory, memory_mask=src_pad)
     assert torch.allclose(got, expected, atol=1e-5), (
         f"norm_first={norm_first}: your block differs from nn.TransformerDecoderLayer with the "

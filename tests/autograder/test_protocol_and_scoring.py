@@ -81,3 +81,20 @@ def test_score_is_points_times_weighted_fraction_passed():
     assert table["a"]["score"] == 1.0
     assert table["b"]["score"] == 2.0
     assert table["c"]["score"] == 0.0  # no checks ran: no points
+
+
+def test_structural_checks_count_only_next_to_a_passing_value_check():
+    names = {"grade_cell": "a", "weight": 1.0, "passed": True, "structural": True}
+    wrong = {"grade_cell": "a", "weight": 1.0, "passed": False}
+    right = {"grade_cell": "a", "weight": 1.0, "passed": True}
+    assert score_cells({"a": 2}, [names, wrong])["a"]["score"] == 0.0
+    assert score_cells({"a": 2}, [names, wrong, right])["a"]["score"] == round(2 * 2 / 3, 4)
+
+
+def test_the_same_tensor_can_be_sent_twice():
+    x = torch.randn(3)
+    tensors = {}
+    protocol._encode((x, x), tensors, "a")
+    from safetensors.torch import save  # refuses shared memory, so encoding must not share
+
+    save(tensors)

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder.checklib import CheckFailure, assert_close, expect_tensor
-from autograder.protocol import SubmissionError
+from autograder.protocol import ForbiddenShortcut, SubmissionError
 from toolkit.attention import attention_weights, scaled_dot_product_attention
 from toolkit.masks import causal_mask, combine_masks, mask_to_additive, padding_mask
 
@@ -70,7 +70,8 @@ def test_explicit_scale(submission):
     """An explicit `scale` replaces the default 1/sqrt(d_k)."""
     q, k = _randn(3, 5, 8, seed=3), _randn(3, 4, 8, seed=4)
     out = submission.call("attention_weights", q, k, scale=0.3)
-    assert_close(out, attention_weights(q, k, scale=0.3), **TOL, name="attention_weights(q, k, scale=0.3)",
+    assert_close(out, attention_weights(q, k, scale=0.3), **TOL,
+                 name="attention_weights(q, k, scale=0.3)",
                  hint="when scale is given, multiply the scores by it instead of 1/sqrt(d_k)")
 
 
@@ -110,7 +111,8 @@ def test_float_mask_is_added(submission):
     q, k = _randn(2, 4, 6, seed=10), _randn(2, 5, 6, seed=11)
     bias = _randn(2, 4, 5, seed=12)
     out = submission.call("attention_weights", q, k, bias)
-    assert_close(out, attention_weights(q, k, bias), **TOL, name="attention_weights with a float bias",
+    assert_close(out, attention_weights(q, k, bias), **TOL,
+                 name="attention_weights with a float bias",
                  hint="a float mask is added to the (scaled) scores before the softmax")
     additive = mask_to_additive(_some_visible_mask(2, 4, 5, seed=13), torch.float64)  # 0 / -inf
     out = submission.call("attention_weights", q, k, additive)
@@ -118,6 +120,7 @@ def test_float_mask_is_added(submission):
                  name="attention_weights with a 0/-inf float mask")
 
 
+@pytest.mark.structural
 @pytest.mark.weight(0.5)
 def test_integer_mask_is_rejected(submission):
     """An integer 0/1 mask raises ValueError instead of being added to the scores."""
@@ -125,6 +128,8 @@ def test_integer_mask_is_rejected(submission):
     mask = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.int64)
     try:
         submission.call("attention_weights", q, k, mask)
+    except ForbiddenShortcut:
+        raise
     except SubmissionError as exc:
         if "ValueError" not in str(exc):
             raise CheckFailure(f"an int64 mask should raise ValueError, got: {exc}") from None
@@ -155,10 +160,10 @@ def test_fully_masked_row_is_zero(submission):
 
 @pytest.mark.pitfall(NAN)
 def test_fully_masked_row_has_zero_gradient(submission):
-    """Backpropagating through a fully masked row gives finite (zero) gradients, not NaN."""
+    """Backpropagating through a fully masked row gives finite gradients, not NaN."""
     q, k, v = _randn(1, 3, 4, seed=19), _randn(1, 4, 4, seed=20), _randn(1, 4, 2, seed=21)
-    mask = torch.ones(1, 3, 4, dtype=torch.bool)
-    mask[0, 2] = False  # query 2 sees nothing
+    bool_mask = torch.ones(1, 3, 4, dtype=torch.bool)
+    bool_mask[0, 2] = False  # query 2 sees nothing
     code = (
         "q = inputs['q'].clone().requires_grad_(True)\n"
         "k = inputs['k'].clone().requires_grad_(True)\n"
@@ -167,23 +172,32 @@ def test_fully_masked_row_has_zero_gradient(submission):
         "out.sum().backward()\n"
         "result = (out.detach(), q.grad, k.grad, v.grad)\n"
     )
-    got = submission.run(code, q=q, k=k, v=v, mask=mask)
-    if not isinstance(got, tuple) or len(got) != 4 or any(g is None for g in got):
-        raise CheckFailure("could not backpropagate through your scaled_dot_product_attention "
-                           "(is the output detached from q, k, v?)")
-    out, dq, dk, dv = got
-    for name, grad in (("q", dq), ("k", dk), ("v", dv)):
-        if isinstance(grad, torch.Tensor) and torch.isnan(grad).any():
-            raise CheckFailure(
-                f"the gradient with respect to {name} contains NaN. Zeroing the NaN weights "
-                "after the softmax fixes the forward pass only: give a fully masked row finite "
-                "scores *before* the softmax, then zero its weights")
-    q_, k_, v_ = (t.clone().requires_grad_(True) for t in (q, k, v))
-    ref = scaled_dot_product_attention(q_, k_, v_, mask)
-    ref.sum().backward()
-    assert_close(out, ref.detach(), **TOL, name="the output")
-    assert_close(dq, q_.grad, **TOL, name="the gradient with respect to q")
-    assert_close(dv, v_.grad, **TOL, name="the gradient with respect to v")
+    # A bool mask, then the same mask as a 0/-inf float bias: with the bias, the gradient
+    # of softmax(-inf, ..., -inf) reaches q and k unless the row is handled before the softmax.
+    float_mask = mask_to_additive(bool_mask, torch.float64)
+    for mask, kind in ((bool_mask, "bool"), (float_mask, "float -inf")):
+        got = submission.run(code, q=q, k=k, v=v, mask=mask)
+        if not isinstance(got, tuple) or len(got) != 4 or any(g is None for g in got):
+            raise CheckFailure("could not backpropagate through your scaled_dot_product_attention "
+                               "(is the output detached from q, k, v?)")
+        out, dq, dk, dv = got
+        if isinstance(out, torch.Tensor) and torch.isnan(out).any():
+            raise CheckFailure(f"with a {kind} mask that hides every key from one query, the "
+                               "output contains NaN: that row's weights must be zeros")
+        for name, grad in (("q", dq), ("k", dk), ("v", dv)):
+            if isinstance(grad, torch.Tensor) and torch.isnan(grad).any():
+                raise CheckFailure(
+                    f"with a {kind} mask that hides every key from one query, the gradient with "
+                    f"respect to {name} contains NaN. Zeroing the NaN weights after the softmax "
+                    "fixes the forward pass only: give a fully masked row finite scores *before* "
+                    "the softmax, then zero its weights")
+        q_, k_, v_ = (t.clone().requires_grad_(True) for t in (q, k, v))
+        ref = scaled_dot_product_attention(q_, k_, v_, mask)
+        ref.sum().backward()
+        assert_close(out, ref.detach(), **TOL, name=f"the output ({kind} mask)")
+        for name, grad, expected in (("q", dq, q_.grad), ("k", dk, k_.grad), ("v", dv, v_.grad)):
+            assert_close(grad, expected, **TOL,
+                         name=f"the gradient with respect to {name} ({kind} mask)")
 
 
 @pytest.mark.weight(2)

@@ -44,7 +44,7 @@ def _state(module: nn.Module) -> dict[str, torch.Tensor]:
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(HEADS)
 def test_split_heads(submission):
-    """split_heads((B, T, d_model), h) is (B, h, T, d_k), head i holding features i*d_k.. of every token."""
+    """split_heads gives (B, h, T, d_k); head i holds features i*d_k..(i+1)*d_k-1 of each token."""
     x = _randn(2, 5, D_MODEL, seed=1, dtype=torch.float64)
     expected = split_heads(x, N_HEADS)
     got = expect_tensor(submission.call("split_heads", x, N_HEADS), name="split_heads(x, 3)")
@@ -73,6 +73,7 @@ def test_merge_heads(submission):
                  hint="merge_heads(split_heads(x, h)) must give x back")
 
 
+@pytest.mark.structural
 @pytest.mark.pitfall(NAMES)
 def test_parameter_names_and_shapes(submission):
     """Parameters are q_proj, k_proj, v_proj, out_proj: nn.Linear(d_model, d_model, bias=bias)."""
@@ -128,7 +129,8 @@ def test_matches_torch_multihead_attention(submission):
     x = _randn(3, 6, D_MODEL, seed=6)
     mask = causal_mask(6)
     with torch.no_grad():
-        expected, _ = torch_mha(x, x, x, attn_mask=~mask, need_weights=False)  # True = blocked there
+        # PyTorch's attn_mask uses True = blocked, the opposite of ours.
+        expected, _ = torch_mha(x, x, x, attn_mask=~mask, need_weights=False)
     got = submission.module("MultiHeadAttention", x, init=INIT, state=state, mask=mask)
     assert_close(got, expected, **TOL, name="MultiHeadAttention vs torch.nn.MultiheadAttention",
                  hint="same weights must give the same output: check d_k = d_model / h, the "
@@ -138,16 +140,18 @@ def test_matches_torch_multihead_attention(submission):
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(CROSS)
 def test_cross_attention(submission):
-    """Cross-attention: queries from x_q (T_q), keys and values from x_kv (T_k), key padding mask."""
+    """Cross-attention: queries from x_q, keys and values from x_kv (another length), padding."""
     ref = _reference(seed=7)
     x_q, x_kv = _randn(2, 3, D_MODEL, seed=8), _randn(2, 7, D_MODEL, seed=9)
     mask = padding_mask(torch.tensor([7, 4]))  # (2, 1, 1, 7)
-    got = submission.module("MultiHeadAttention", x_q, x_kv, init=INIT, state=_state(ref), mask=mask)
+    got = submission.module("MultiHeadAttention", x_q, x_kv, init=INIT, state=_state(ref),
+                            mask=mask)
     with torch.no_grad():
         expected = ref(x_q, x_kv, mask=mask)
     expect_tensor(got, shape=(2, 3, D_MODEL), name="MultiHeadAttention(x_q, x_kv)")
     assert_close(got, expected, **TOL, name="MultiHeadAttention(x_q, x_kv, mask)",
-                 hint="queries come from x_q; keys and values from x_kv (k_proj(x_kv), v_proj(x_kv))")
+                 hint="queries come from x_q; keys and values from x_kv "
+                      "(k_proj(x_kv), v_proj(x_kv))")
 
 
 def test_permutation_equivariance(submission):

@@ -1,0 +1,30 @@
+"""Every assignment's hidden checks tell right from wrong: `autograder validate` on each.
+
+The reference solution must score full marks, the released stub zero, and every named
+mutant in assignment.toml must lose points on each grade cell it says it breaks.
+"""
+
+import pytest
+
+from autograder.course import ASSIGNMENTS_DIR, Course, available_assignments
+from autograder.grade import grade
+from autograder.report import collect
+from autograder.submissions import make_class, write_submissions
+from autograder.validate import expectations
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("name", available_assignments(ASSIGNMENTS_DIR))
+def test_validate(name, tmp_path):
+    course = Course(tmp_path / "course")
+    course.init()
+    course.release(name)
+    spec = course.spec(name)
+    assert spec.mutants, f"{name} names no mutants"
+    write_submissions(course, spec, make_class(course, spec))
+    grade(course, name, workers=2, progress=False, log=lambda *a: None)
+    rows = expectations(spec, collect(course, name))
+    failed = [f"{r['student']}: expected {r['expected']}, got {r['detail']}" for r in rows
+              if not r["ok"]]
+    assert not failed, "\n".join(failed)
