@@ -96,7 +96,8 @@ class AssignmentSpec:
         return (self.path / f"{notebook}.py").read_text()
 
     def checks_dir(self) -> Path:
-        """``autograder/checks/<checks>``; ``./`` or ``../`` paths are relative to the assignment."""
+        """Where the hidden checks are: ``autograder/checks/<checks>``, or relative to
+        the assignment folder when ``checks`` starts with ``./`` or ``../``."""
         if self.checks.startswith(("./", "../")):
             return (self.path / self.checks).resolve()
         return Path(__file__).resolve().parent / "checks" / self.checks
