@@ -31,9 +31,8 @@ def assert_close(
     actual, expected: torch.Tensor, *, atol=1e-5, rtol=1e-4, hint="", name="your result"
 ) -> None:
     """Compare a student's tensor with our reference, with a readable message."""
-    actual = expect_tensor(actual, shape=expected.shape, name=name)
-    if actual.dtype != expected.dtype:
-        actual = actual.to(expected.dtype)
+    # A correct answer keeps the dtype of its inputs (float64 in, float64 out).
+    actual = expect_tensor(actual, shape=expected.shape, dtype=expected.dtype, name=name)
     if not torch.allclose(actual, expected, atol=atol, rtol=rtol):
         diff = (actual - expected).abs().max().item()
         message = f"{name} differs from the expected values (largest difference {diff:.3g})"

@@ -29,7 +29,7 @@ from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
-from .sandbox import Limits, hand_over, kernel_environment, wrap_command
+from .sandbox import Limits, hand_over, kernel_environment, kill_strays, wrap_command
 
 #: Marks a cell in the notebook as not executed while grading (widgets, long demos).
 SKIP_TAG = "skip-grading"
@@ -55,19 +55,31 @@ class SandboxedKernelManager(AsyncKernelManager):
 
 
 class _CappedClient(NotebookClient):
-    """nbclient that stops storing a cell's output past ``MAX_OUTPUT_CHARS``."""
+    """nbclient that keeps at most ``MAX_OUTPUT_CHARS`` of each cell's output."""
+
+    _truncated: set[int]
 
     def output(self, outs, msg, display_id, cell_index):
-        size = sum(len(str(o.get("text", ""))) + len(str(o.get("data", ""))) for o in outs)
-        if size > MAX_OUTPUT_CHARS:
-            if not outs or outs[-1].get("name") != "truncated":
-                outs.append(
-                    nbformat.v4.new_output(
-                        "stream", name="truncated", text="\n[output truncated by the autograder]\n"
-                    )
-                )
+        truncated = self.__dict__.setdefault("_truncated", set())
+        if cell_index in truncated:
             return None
-        return super().output(outs, msg, display_id, cell_index)
+        out = super().output(outs, msg, display_id, cell_index)
+        excess = sum(_output_size(o) for o in outs) - MAX_OUTPUT_CHARS
+        if excess > 0:
+            # Keep the start of the newest output, drop the rest, and say so.
+            last = outs[-1]
+            if isinstance(last.get("text"), str) and len(last["text"]) > excess:
+                last["text"] = last["text"][: len(last["text"]) - excess]
+            else:
+                outs.pop()
+            outs.append(nbformat.v4.new_output(
+                "stream", name="stdout", text="\n[output truncated by the autograder]\n"))
+            truncated.add(cell_index)
+        return out
+
+
+def _output_size(output) -> int:
+    return len(str(output.get("text", ""))) + len(str(output.get("data", "")))
 
 
 class KernelSession:
@@ -198,6 +210,8 @@ class KernelSession:
                 if not self._restart(nb, f"{label} stopped it"):
                     break
                 continue
+            if kill_strays(self.slot):
+                self.events.append(f"{label} left processes running; they were stopped")
             errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
             if time.monotonic() - started >= self.client.timeout:
                 self.events.append(f"{label} exceeded the {self.cell_timeout:g}s time limit")

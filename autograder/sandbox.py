@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -114,6 +115,43 @@ def hand_over(path: Path, slot: int) -> None:
         os.chown(item, uid, uid, follow_symlinks=False)
 
 
+def kill_strays(slot: int) -> int:
+    """Kill every process the kernel of ``slot`` spawned (a fork bomb, a forgotten server).
+
+    Works where each sandbox has a uid of its own: the kernel is the one process of that
+    uid whose parent belongs to someone else (bubblewrap); everything else of that uid
+    descends from it. Returns how many processes were killed.
+    """
+    uid = sandbox_uid(slot)
+    if uid is None:
+        return 0
+    killed = 0
+    for _ in range(5):  # a fork bomb keeps forking while we kill: sweep a few times
+        strays = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/status") as f:
+                    fields = dict(line.split(":\t", 1) for line in f if ":\t" in line)
+                if int(fields["Uid"].split()[0]) != uid:
+                    continue
+                parent = int(fields["PPid"].split()[0])
+                if os.stat(f"/proc/{parent}").st_uid == uid:
+                    strays.append(int(entry))
+            except (OSError, KeyError, ValueError):
+                continue
+        if not strays:
+            break
+        for pid in strays:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+    return killed
+
+
 def wrap_command(
     cmd: list[str],
     workdir: Path,
@@ -172,7 +210,8 @@ def wrap_command(
             args += ["--symlink", os.readlink(host), str(host)]
         elif host.is_dir():
             args += ["--ro-bind", str(host), str(host)]
-    args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    # A private /tmp, writable by the sandbox uid like a normal one (sticky, 1777).
+    args += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
     # From the project only the toolkit (widgets, helpers) and the limits launcher
     # are visible. The project root itself becomes an empty tmpfs, so assignment
     # sources, the hidden checks and any workspace inside the checkout are absent.
