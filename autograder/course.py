@@ -15,6 +15,7 @@ checkout, which git ignores, so student data never lands in the repository)::
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import sys
@@ -25,9 +26,11 @@ import nbformat
 import tomllib
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-ASSIGNMENTS_DIR = PROJECT_ROOT / "assignments"
+# Instructors keep assignments elsewhere with AUTOGRADER_ASSIGNMENTS=/path (read at `init`).
+ASSIGNMENTS_DIR = Path(os.environ.get("AUTOGRADER_ASSIGNMENTS", PROJECT_ROOT / "assignments"))
 DEFAULT_COURSE_DIR = PROJECT_ROOT / "course-workspace"
 COURSE_ID = "transformers-course"
+SETTINGS_FILE = "autograder.json"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
 NBGRADER_CONFIG = """\
@@ -132,6 +135,11 @@ class Course:
 
     def __init__(self, root: Path | str | None = None, assignments_dir: Path | None = None):
         self.root = Path(root or DEFAULT_COURSE_DIR).resolve()
+        if assignments_dir is None:
+            # A workspace remembers the assignments folder it was created from.
+            settings = self.root / SETTINGS_FILE
+            if settings.is_file():
+                assignments_dir = json.loads(settings.read_text()).get("assignments_dir")
         self.assignments_dir = Path(assignments_dir or ASSIGNMENTS_DIR).resolve()
 
     # -- layout ------------------------------------------------------------------
@@ -166,6 +174,8 @@ class Course:
             exchange=str(self.root / "exchange"),
         )
         (self.root / "nbgrader_config.py").write_text(config)
+        settings = {"assignments_dir": str(self.assignments_dir)}
+        (self.root / SETTINGS_FILE).write_text(json.dumps(settings, indent=1) + "\n")
         for name in available_assignments(self.assignments_dir):
             self.build_source(self.spec(name))
 

@@ -1,0 +1,131 @@
+"""Nothing is lost when grading is interrupted, and the same grading runs on Dask."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder import report
+from autograder.grade import grade
+from autograder.submissions import make_class, write_submissions
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent
+
+
+def _class_of(course, n):
+    spec = course.spec("00-tiny")
+    made = make_class(course, spec)
+    pool = [made["reference"], made["stub"], made["mutant-no-shift"]]
+    students = {f"s{i:02d}": pool[i % 3] for i in range(n)}
+    write_submissions(course, spec, students)
+    return students
+
+
+def _results(course):
+    return sorted(course.results_dir("00-tiny").glob("*.json"))
+
+
+def _grade_cli(course, *extra):
+    return subprocess.Popen(
+        [str(BIN / "autograder"), "grade", "00-tiny", "--course", str(course.root), "--workers",
+         "2", "--quiet", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _stop_after_results(proc, course, count, sig, deadline=300):
+    start = time.monotonic()
+    while len(_results(course)) < count:
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() - start < deadline, "grading made no progress"
+        time.sleep(0.2)
+    os.killpg(proc.pid, sig)
+    return proc.wait(timeout=60), proc.stdout.read()
+
+
+def test_interrupted_grading_finishes_the_rest_and_counts_nothing_twice(tiny_course):
+    course = tiny_course
+    students = _class_of(course, 8)
+    # Ctrl-C after the first result: a clean stop with a message.
+    code, out = _stop_after_results(_grade_cli(course), course, 1, signal.SIGINT)
+    assert code != 0 and len(_results(course)) < 8
+    # A killed process (no chance to clean up) after two more.
+    done = len(_results(course))
+    code, _ = _stop_after_results(_grade_cli(course), course, done + 2, signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    finished = {p.name: p.stat().st_mtime_ns for p in _results(course)}
+    assert len(finished) < 8
+    # Running the same command again grades only what is left.
+    proc = _grade_cli(course)
+    out = proc.communicate(timeout=600)[0]
+    assert proc.returncode == 0, out
+    assert f"Graded {8 - len(finished)}, already graded {len(finished)}" in out
+    for path in _results(course):
+        if path.name in finished:
+            assert path.stat().st_mtime_ns == finished[path.name], f"{path.name} was graded again"
+    records = {r["student"]: r for r in report.collect(course, "00-tiny")}
+    assert set(students) <= set(records)
+    expected = {"reference": 2.0, "stub": 0.0}
+    with course.gradebook() as gb:
+        assert len(gb.find_assignment("00-tiny").submissions) == len(records)
+        for i, student in enumerate(sorted(students)):
+            score = gb.find_submission("00-tiny", student).code_score
+            assert score == records[student]["score"]
+            kind = ["reference", "stub", "mutant"][i % 3]
+            if kind in expected:
+                assert score == expected[kind], student
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def dask_cluster(tmp_path):
+    """A real scheduler and two workers, separate processes, on loopback."""
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    env = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+    procs = [subprocess.Popen([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port",
+                               str(port), "--dashboard-address", ":0", "--no-show"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                              cwd=tmp_path)]
+    for i in range(2):
+        procs.append(subprocess.Popen(
+            [str(BIN / "dask"), "worker", address, "--nworkers", "1", "--nthreads", "1",
+             "--name", f"w{i}", "--local-directory", str(tmp_path / f"w{i}"), "--no-dashboard"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=tmp_path))
+    from distributed import Client
+
+    with Client(address, timeout="60s") as client:
+        client.wait_for_workers(2, timeout=120)
+    yield address
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_grading_through_a_dask_cluster(tiny_course, dask_cluster):
+    course = tiny_course
+    spec = course.spec("00-tiny")
+    made = make_class(course, spec)
+    write_submissions(course, spec, {"dask-ref": made["reference"], "dask-stub": made["stub"],
+                                     "dask-mutant": made["mutant-no-shift"]})
+    run = grade(course, "00-tiny", students=["dask-ref", "dask-stub", "dask-mutant"],
+                scheduler=dask_cluster, progress=False, log=lambda *a: None)
+    assert sorted(run["graded"]) == ["dask-mutant", "dask-ref", "dask-stub"]
+    records = {r["student"]: r for r in report.collect(course, "00-tiny")}
+    assert records["dask-ref"]["score"] == 2.0
+    assert records["dask-stub"]["score"] == 0.0
+    assert records["dask-mutant"]["score"] < 2.0
