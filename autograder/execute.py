@@ -193,7 +193,8 @@ class KernelSession:
     # -- running the notebook ----------------------------------------------------
     def run_notebook(self, nb: nbformat.NotebookNode, skip=lambda cell: False) -> None:
         """Execute every code cell (except ``skip(cell)``), in place, never raising."""
-        self.start(nb)
+        if self.km is None:
+            self.start(nb)
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code" or skip(cell) or SKIP_TAG in cell.metadata.get("tags", []):
                 continue

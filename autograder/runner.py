@@ -126,10 +126,22 @@ def grade_notebook(job: dict) -> dict:
     )
     records: list[dict] = []
     error = None
+    timings: dict[str, float] = {}
+    mark = time.monotonic()
+
+    def lap(name):
+        nonlocal mark
+        now = time.monotonic()
+        timings[name] = round(now - mark, 3)
+        mark = now
+
     try:
+        session.start(nb)
+        lap("kernel_start")
         session.run_notebook(
             nb, skip=lambda cell: cell.metadata.get("nbgrader", {}).get("grade_id") in test_ids
         )
+        lap("notebook")
         if session.alive():
             session.install_bridge(Path(kernel_side.__file__).read_text())
         submission = Submission(
@@ -140,6 +152,7 @@ def grade_notebook(job: dict) -> dict:
             call_timeout=job.get("call_timeout", 60),
         )
         records = run_checks(Path(job["checks_dir"]), submission)
+        lap("checks")
     except Exception as exc:  # the grader must survive any submission
         error = f"{type(exc).__name__}: {exc}"[:1000]
     finally:
@@ -156,4 +169,5 @@ def grade_notebook(job: dict) -> dict:
         "events": session.events,
         "isolation": isolation_level(),
         "seconds": round(time.monotonic() - started, 2),
+        "timings": timings,
     }
