@@ -29,6 +29,8 @@ test-fast: $(STAMP)
 
 lab: $(STAMP)
 	$(VENV)/bin/autograder init
+	$(VENV)/bin/autograder release --all
+	@echo "Student notebooks: course-workspace/release/<assignment>/ (instructor sources: source/)"
 	$(VENV)/bin/jupyter lab --notebook-dir=course-workspace
 
 lint: $(STAMP)

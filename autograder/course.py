@@ -76,6 +76,11 @@ class AssignmentSpec:
     memory_bytes: int = 6 * 2**30
     forbid: list[str] = dataclasses.field(default_factory=list)
     mutants: list[Mutant] = dataclasses.field(default_factory=list)
+    #: Optional script in the assignment folder, run after each *made* submission
+    #: (validate, demo) is written: ``python <script> <student id>`` with the submission
+    #: folder as working directory, e.g. to train and save the checkpoint a student would
+    #: hand in next to the notebook. See :func:`autograder.submissions.run_prepare`.
+    prepare: str | None = None
 
     @classmethod
     def load(cls, name: str, assignments_dir: Path = ASSIGNMENTS_DIR) -> AssignmentSpec:
@@ -93,6 +98,8 @@ class AssignmentSpec:
         for nb in spec.notebooks:
             if not (path / f"{nb}.py").is_file():
                 raise CourseError(f"{toml_path}: notebook '{nb}' has no source file {nb}.py")
+        if spec.prepare is not None and not (path / spec.prepare).is_file():
+            raise CourseError(f"{toml_path}: prepare script {spec.prepare} not found in {path}")
         return spec
 
     def source_text(self, notebook: str) -> str:

@@ -4,7 +4,7 @@ Creates a workspace, releases every assignment, hands in a synthetic class
 (``reference``, ``stub``, one ``mutant-<name>`` per named mistake,
 ``tamper-allclose``, and broken submissions: a syntax error, an infinite loop,
 warnings on stderr, a notebook that is not JSON), grades it in parallel and
-writes the reports (table, CSV, JSON and a PNG plot).
+writes the reports (table, CSV, JSON and a PNG plot) and nbgrader's HTML feedback.
 """
 
 from __future__ import annotations
@@ -54,4 +54,7 @@ def demo(
         (reports / f"{name}.csv").write_text(report.as_csv(records))
         report.plot(records, reports / f"{name}.png")
         log(f"Reports: {reports / name}.json, .csv, .png")
+        feedback = course.nbgrader_api().generate_feedback(name, force=True)
+        if feedback.get("success"):
+            log(f"Feedback (HTML per student): {course.path('feedback')}/<student>/{name}/")
     return root

@@ -134,6 +134,9 @@ def grade(
                 f"'{name}' has not been released: run `autograder release {name}`"
             ) from None
     all_students = students or course.students_with_submissions(spec.name)
+    if not all_students:
+        log(f"No submissions of {spec.name} yet: put each student's files in "
+            f"{course.path('submitted')}/<student>/{spec.name}/")
     todo = pending_students(course, spec, students, force)
     skipped = [s for s in all_students if s not in todo]
     isolation = isolation_level()

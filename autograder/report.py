@@ -144,7 +144,7 @@ def as_table(records: list[dict]) -> str:
     header = ["student", "score", *[short[g] for g in exercises], "manual", "notes"]
     rows = []
     for r in records:
-        notes = "; ".join(n for n in r["notes"] if not n.startswith("cell ") or "limit" in n)
+        notes = "; ".join(r["notes"])
         rows.append(
             [
                 r["student"],
@@ -156,7 +156,7 @@ def as_table(records: list[dict]) -> str:
                     for g in exercises
                 ],
                 f"{r['manual_pending']:g} pending" if r["manual_pending"] else "-",
-                notes[:70],
+                notes[:90] + ("..." if len(notes) > 90 else ""),
             ]
         )
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -146,12 +150,47 @@ def make_class(course: Course, spec: AssignmentSpec, *, broken: bool = False) ->
 
 
 def write_submissions(course: Course, spec: AssignmentSpec, students: dict[str, dict]) -> None:
-    for student, notebooks in students.items():
-        folder = course.path("submitted", student, spec.name)
-        folder.mkdir(parents=True, exist_ok=True)
-        for nb_id, nb in notebooks.items():
-            target = Path(folder, f"{nb_id}.ipynb")
-            if isinstance(nb, bytes):
-                target.write_bytes(nb)
-            else:
-                nbformat.write(nb, target)
+    with tempfile.TemporaryDirectory(prefix="autograder-prepare-") as scratch:
+        for student, notebooks in students.items():
+            folder = course.path("submitted", student, spec.name)
+            folder.mkdir(parents=True, exist_ok=True)
+            for nb_id, nb in notebooks.items():
+                target = Path(folder, f"{nb_id}.ipynb")
+                if isinstance(nb, bytes):
+                    target.write_bytes(nb)
+                else:
+                    nbformat.write(nb, target)
+            if spec.prepare:
+                run_prepare(spec, folder, student, Path(scratch))
+
+
+def run_prepare(spec: AssignmentSpec, folder: Path, student: str, scratch: Path) -> bool:
+    """Run the assignment's ``prepare`` script for one made submission.
+
+    Some assignments need more than a notebook from a student, e.g. the trained
+    checkpoint of the capstone. ``prepare = "script.py"`` in ``assignment.toml`` names a
+    script in the assignment folder; it runs as ``python script.py <student id>`` (with
+    this Python, the submission folder as working directory, at most
+    ``submission_timeout`` seconds) after the submission's notebooks are written, and
+    writes what that student would hand in next to them. ``AUTOGRADER_PREPARE_SCRATCH``
+    names a folder shared by the runs of one :func:`write_submissions` call (a cache, say).
+    A failure is reported on stderr and grading goes on: the submission then lacks the
+    file, as a student's would. Returns whether the script succeeded.
+    """
+    script = spec.path / spec.prepare
+    env = {**os.environ, "AUTOGRADER_PREPARE_SCRATCH": str(scratch)}
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script), student], cwd=folder, env=env,
+            capture_output=True, text=True, timeout=spec.submission_timeout,
+        )
+    except subprocess.TimeoutExpired:
+        print(f"prepare {student}: {spec.prepare} stopped after {spec.submission_timeout:g}s",
+              file=sys.stderr)
+        return False
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        print(f"prepare {student}: {spec.prepare} exited with {done.returncode}: "
+              + " | ".join(tail), file=sys.stderr)
+        return False
+    return True
