@@ -15,6 +15,11 @@ $(STAMP): pyproject.toml constraints.txt
 	  (apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
 	   (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1)) ; } || \
 	  echo "note: bubblewrap not installed; grading will use resource limits only"
+	@# System Chromium for the browser test (tests/browser); never `playwright install`.
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get install -y -qq chromium >/dev/null 2>&1 || \
+	   (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1)) ; } || \
+	  echo "note: chromium not installed; tests/browser will be skipped"
 	@touch $(STAMP)
 
 demo: $(STAMP)
