@@ -26,9 +26,7 @@ return a small ``ipywidgets.HTML`` placeholder and draw nothing.
 
 from __future__ import annotations
 
-import io
 import math
-import os
 from collections.abc import Sequence
 
 import torch
@@ -38,8 +36,14 @@ from torch import Tensor
 from toolkit.attention import MultiHeadAttention, attention_weights
 from toolkit.masks import causal_mask, combine_masks, padding_mask
 from toolkit.transformer import family_attention_patterns
+from toolkit.widgets.display import (  # noqa: F401 - re-exported for older imports
+    HEADLESS_ENV,
+    LABEL_STYLE,
+    figure_to_png,
+    headless_placeholder,
+    is_headless,
+)
 
-HEADLESS_ENV = "TOOLKIT_HEADLESS"
 MASK_KINDS = ("none", "causal", "padding", "combined")
 DEFAULT_TOKENS = ("The", "cat", "sat", "on", "the", "mat")
 
@@ -47,28 +51,6 @@ DEFAULT_TOKENS = ("The", "cat", "sat", "on", "the", "mat")
 # ---------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------
-
-
-def is_headless() -> bool:
-    """``True`` when ``TOOLKIT_HEADLESS`` is set to something other than ``""``/``0``/``false``."""
-    return os.environ.get(HEADLESS_ENV, "").strip().lower() not in ("", "0", "false", "no")
-
-
-def headless_placeholder(name: str):
-    """The lightweight stand-in a builder returns while grading."""
-    import ipywidgets as w
-
-    return w.HTML(
-        f"<i>{name}: interactive widgets are skipped while grading "
-        f"({HEADLESS_ENV}=1).</i>"
-    )
-
-
-def figure_to_png(fig: Figure, dpi: int = 80) -> bytes:
-    """Render a Figure to PNG bytes with the Agg renderer (no display needed)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)  # layout="constrained" already fits the labels
-    return buf.getvalue()
 
 
 def _as_2d(name: str, x) -> Tensor:
@@ -145,8 +127,15 @@ def plot_attention_heatmap(
         for i in range(T_q):
             for j in range(T_k):
                 value = float(w[i, j])
-                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
-                        color="black" if value > 0.6 else "white")
+                ax.text(
+                    j,
+                    i,
+                    f"{value:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="black" if value > 0.6 else "white",
+                )
     fig.colorbar(image, ax=ax, shrink=0.8)
     return fig
 
@@ -247,16 +236,18 @@ def attention_explorer(tokens: Sequence[str] | None = None, q=None, k=None):
     tokens = _tokens(tokens)
     T = len(tokens)
     example_attention(tokens, q=q, k=k)  # validate the inputs before building anything
-    mask = w.Dropdown(options=list(MASK_KINDS), value="none", description="mask")
-    temperature = w.FloatLogSlider(value=1.0, base=10, min=-1, max=1, step=0.05,
-                                   description="temperature")
-    n_real = w.IntSlider(value=max(1, T - 2), min=1, max=T, description="real tokens")
+    mask = w.Dropdown(style=LABEL_STYLE, options=list(MASK_KINDS), value="none", description="mask")
+    temperature = w.FloatLogSlider(
+        style=LABEL_STYLE, value=1.0, base=10, min=-1, max=1, step=0.05, description="temperature"
+    )
+    n_real = w.IntSlider(
+        style=LABEL_STYLE, value=max(1, T - 2), min=1, max=T, description="real tokens"
+    )
     image = w.Image(format="png")
     note = w.HTML()
 
     def redraw(_change=None):
-        fig = plot_attention_example(tokens, mask.value, temperature.value, n_real.value,
-                                     q=q, k=k)
+        fig = plot_attention_example(tokens, mask.value, temperature.value, n_real.value, q=q, k=k)
         image.value = figure_to_png(fig)
         note.value = (
             "Each row is a query's distribution over keys and sums to 1 (a row with no "
@@ -314,8 +305,11 @@ def plot_family_patterns(
         ax.set_xlabel(f"key ({'source' if cols == 'src' else 'target'})")
         ax.set_ylabel(f"query ({'source' if rows == 'src' else 'target'})")
         ax.set_title(f"{title}\n{int(p.sum())} of {p.numel()} pairs", fontsize=9)
-    fig.suptitle("Dark = may attend. Encoder-only uses the left panel, decoder-only the "
-                 "middle one, encoder-decoder all three", fontsize=10)
+    fig.suptitle(
+        "Dark = may attend. Encoder-only uses the left panel, decoder-only the "
+        "middle one, encoder-decoder all three",
+        fontsize=10,
+    )
     return fig
 
 
@@ -329,9 +323,9 @@ def families_explorer():
         return headless_placeholder("families_explorer")
     import ipywidgets as w
 
-    t_src = w.IntSlider(value=6, min=1, max=12, description="T_src")
-    t_tgt = w.IntSlider(value=4, min=1, max=12, description="T_tgt")
-    pad = w.IntSlider(value=0, min=0, max=11, description="src padding")
+    t_src = w.IntSlider(style=LABEL_STYLE, value=6, min=1, max=12, description="T_src")
+    t_tgt = w.IntSlider(style=LABEL_STYLE, value=4, min=1, max=12, description="T_tgt")
+    pad = w.IntSlider(style=LABEL_STYLE, value=0, min=0, max=11, description="src padding")
     image = w.Image(format="png")
 
     def sync_padding_limit(_change=None):
@@ -397,8 +391,11 @@ def permutation_outputs(
     mha = MultiHeadAttention(d_model, n_heads).double()
     torch.random.set_rng_state(torch_state)  # leave the caller's RNG untouched
     x = torch.randn(1, T, d_model, generator=g, dtype=torch.float64)
-    pe = _sinusoidal_positions(T, d_model) if with_positions else torch.zeros(T, d_model,
-                                                                                 dtype=torch.float64)
+    pe = (
+        _sinusoidal_positions(T, d_model)
+        if with_positions
+        else torch.zeros(T, d_model, dtype=torch.float64)
+    )
     with torch.no_grad():
         out = mha(x + pe)[0]  # f(X)
         out_perm = mha(x[:, perm] + pe)[0]  # f(P X): tokens move, positions stay
@@ -448,7 +445,7 @@ def permutation_demo(tokens: Sequence[str] | None = None):
 
     tokens = _tokens(tokens)
     T = len(tokens)
-    shuffle_seed = w.IntSlider(value=0, min=0, max=20, description="shuffle #")
+    shuffle_seed = w.IntSlider(style=LABEL_STYLE, value=0, min=0, max=20, description="shuffle #")
     positions = w.Checkbox(value=False, description="add positions")
     order = w.HTML()
     image = w.Image(format="png")

@@ -55,7 +55,7 @@ from toolkit.masks import (
     sliding_window_mask,
 )
 from toolkit.mla import mla_cache_bytes
-from toolkit.widgets.attention import figure_to_png, headless_placeholder, is_headless
+from toolkit.widgets.display import LABEL_STYLE, figure_to_png, headless_placeholder, is_headless
 
 GIB = 2**30
 DTYPE_BYTES = {"fp32": 4, "fp16 / bf16": 2, "fp8": 1}
@@ -114,8 +114,12 @@ def gallery_masks(
         f"dilated w={window}, dilation={dilation}": dilated_mask(n, window, dilation),
         f"band + {n_global} global": global_token_mask(n, range(min(n_global, n)), base=band),
         f"BigBird (block {block_size})": bigbird_mask(
-            n, block_size, window_blocks=3, global_blocks=1,
-            random_blocks=n_random_blocks, seed=seed,
+            n,
+            block_size,
+            window_blocks=3,
+            global_blocks=1,
+            random_blocks=n_random_blocks,
+            seed=seed,
         ),
     }
 
@@ -149,18 +153,19 @@ def mask_gallery():
         return headless_placeholder("mask_gallery")
     import ipywidgets as w
 
-    n = w.IntSlider(value=32, min=8, max=64, step=4, description="n")
-    window = w.IntSlider(value=4, min=1, max=16, description="window")
-    dilation = w.IntSlider(value=2, min=1, max=6, description="dilation")
-    n_global = w.IntSlider(value=1, min=0, max=4, description="global")
-    n_random = w.IntSlider(value=1, min=0, max=4, description="random blocks")
-    seed = w.IntSlider(value=0, min=0, max=20, description="seed")
+    n = w.IntSlider(style=LABEL_STYLE, value=32, min=8, max=64, step=4, description="n")
+    window = w.IntSlider(style=LABEL_STYLE, value=4, min=1, max=16, description="window")
+    dilation = w.IntSlider(style=LABEL_STYLE, value=2, min=1, max=6, description="dilation")
+    n_global = w.IntSlider(style=LABEL_STYLE, value=1, min=0, max=4, description="global")
+    n_random = w.IntSlider(style=LABEL_STYLE, value=1, min=0, max=4, description="random blocks")
+    seed = w.IntSlider(style=LABEL_STYLE, value=0, min=0, max=20, description="seed")
     image = w.Image(format="png")
     note = w.HTML()
 
     def redraw(_change=None):
-        fig = plot_mask_gallery(n.value, window.value, dilation.value, n_global.value,
-                                4, n_random.value, seed.value)
+        fig = plot_mask_gallery(
+            n.value, window.value, dilation.value, n_global.value, 4, n_random.value, seed.value
+        )
         image.value = figure_to_png(fig)
         note.value = (
             f"A sliding window costs about n &times; w = {n.value * min(window.value, n.value)} "
@@ -171,8 +176,7 @@ def mask_gallery():
     for control in (n, window, dilation, n_global, n_random, seed):
         control.observe(redraw, names="value")
     redraw()
-    return w.VBox([w.HBox([n, window, dilation]), w.HBox([n_global, n_random, seed]), image,
-                   note])
+    return w.VBox([w.HBox([n, window, dilation]), w.HBox([n_global, n_random, seed]), image, note])
 
 
 # ---------------------------------------------------------------------------
@@ -201,11 +205,17 @@ def kv_cache_comparison(
     common = {"n_tokens": n_tokens, "batch": batch, "bytes_per_element": bytes_per_element}
     rows = [
         ("MHA", kv_cache_bytes(L, H, d, **common), f"2 x {L} x {H} x {d}"),
-        (f"GQA ({cfg['n_kv_heads']} KV heads)",
-         kv_cache_bytes(L, cfg["n_kv_heads"], d, **common), f"2 x {L} x {cfg['n_kv_heads']} x {d}"),
+        (
+            f"GQA ({cfg['n_kv_heads']} KV heads)",
+            kv_cache_bytes(L, cfg["n_kv_heads"], d, **common),
+            f"2 x {L} x {cfg['n_kv_heads']} x {d}",
+        ),
         ("MQA", kv_cache_bytes(L, 1, d, **common), f"2 x {L} x 1 x {d}"),
-        ("MLA" if "d_latent" in cfg else "MLA (DeepSeek-V2 ratios)",
-         mla_cache_bytes(L, d_c, d_r, **common), f"{L} x ({d_c} + {d_r})"),
+        (
+            "MLA" if "d_latent" in cfg else "MLA (DeepSeek-V2 ratios)",
+            mla_cache_bytes(L, d_c, d_r, **common),
+            f"{L} x ({d_c} + {d_r})",
+        ),
     ]
     return [
         {"name": name, "bytes": b, "actual": name.startswith(cfg["actual"]), "formula": f}
@@ -229,9 +239,13 @@ def plot_kv_cache(
     bars = ax.barh(names, gib, color=colors)
     ax.invert_yaxis()
     for bar, r in zip(bars, rows):
-        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
-                f" {r['bytes'] / GIB:,.3g} GiB  [{r['formula']} per token]",
-                va="center", fontsize=8)
+        ax.text(
+            bar.get_width(),
+            bar.get_y() + bar.get_height() / 2,
+            f" {r['bytes'] / GIB:,.3g} GiB  [{r['formula']} per token]",
+            va="center",
+            fontsize=8,
+        )
     ax.set_xlim(0, max(gib) * 1.9 if max(gib) > 0 else 1)
     ax.set_xlabel("KV cache (GiB)")
     ax.set_title(f"{preset}: {n_tokens:,} tokens x batch {batch} x {bytes_per_element} B/element")
@@ -244,11 +258,16 @@ def kv_cache_calculator():
         return headless_placeholder("kv_cache_calculator")
     import ipywidgets as w
 
-    preset = w.Dropdown(options=list(MODEL_PRESETS), value="LLaMA-2 70B", description="model")
-    tokens = w.SelectionSlider(options=[2**p for p in range(10, 18)], value=4096,
-                               description="tokens")
-    batch = w.IntSlider(value=1, min=1, max=64, description="batch")
-    dtype = w.Dropdown(options=list(DTYPE_BYTES), value="fp16 / bf16", description="dtype")
+    preset = w.Dropdown(
+        style=LABEL_STYLE, options=list(MODEL_PRESETS), value="LLaMA-2 70B", description="model"
+    )
+    tokens = w.SelectionSlider(
+        style=LABEL_STYLE, options=[2**p for p in range(10, 18)], value=4096, description="tokens"
+    )
+    batch = w.IntSlider(style=LABEL_STYLE, value=1, min=1, max=64, description="batch")
+    dtype = w.Dropdown(
+        style=LABEL_STYLE, options=list(DTYPE_BYTES), value="fp16 / bf16", description="dtype"
+    )
     image = w.Image(format="png")
     note = w.HTML()
 
@@ -321,7 +340,8 @@ def plot_online_softmax(
     ax_s, ax_ml, ax_o = fig.subplots(1, 3)
     n = scores.shape[0]
     colors = [
-        "tab:orange" if cur["start"] <= j < cur["stop"]
+        "tab:orange"
+        if cur["start"] <= j < cur["stop"]
         else ("tab:blue" if j < cur["start"] else "lightgray")
         for j in range(n)
     ]
@@ -356,8 +376,10 @@ def online_softmax_stepper(n: int = 16, d_v: int = 3, seed: int = 0):
     import ipywidgets as w
 
     scores, values = example_row(n, d_v, seed)
-    block = w.IntSlider(value=4, min=1, max=n, description="tile size")
-    step = w.IntSlider(value=0, min=0, max=math.ceil(n / 4) - 1, description="tile")
+    block = w.IntSlider(style=LABEL_STYLE, value=4, min=1, max=n, description="tile size")
+    step = w.IntSlider(
+        style=LABEL_STYLE, value=0, min=0, max=math.ceil(n / 4) - 1, description="tile"
+    )
     image = w.Image(format="png")
     note = w.HTML()
 
@@ -432,10 +454,16 @@ def attention_memory_explorer():
         return headless_placeholder("attention_memory_explorer")
     import ipywidgets as w
 
-    heads = w.IntSlider(value=32, min=1, max=128, description="heads")
-    d = w.SelectionSlider(options=[32, 64, 128, 256], value=128, description="d_head")
-    block = w.SelectionSlider(options=[16, 32, 64, 128, 256], value=128, description="tile")
-    dtype = w.Dropdown(options=list(DTYPE_BYTES), value="fp16 / bf16", description="dtype")
+    heads = w.IntSlider(style=LABEL_STYLE, value=32, min=1, max=128, description="heads")
+    d = w.SelectionSlider(
+        style=LABEL_STYLE, options=[32, 64, 128, 256], value=128, description="d_head"
+    )
+    block = w.SelectionSlider(
+        style=LABEL_STYLE, options=[16, 32, 64, 128, 256], value=128, description="tile"
+    )
+    dtype = w.Dropdown(
+        style=LABEL_STYLE, options=list(DTYPE_BYTES), value="fp16 / bf16", description="dtype"
+    )
     image = w.Image(format="png")
     note = w.HTML()
 

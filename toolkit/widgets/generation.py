@@ -25,9 +25,7 @@ a small ``ipywidgets.HTML`` placeholder and draw nothing.
 from __future__ import annotations
 
 import html
-import io
 import math
-import os
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 
@@ -36,34 +34,15 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from toolkit.generate import apply_temperature, generate, top_k_filter, top_p_filter
+from toolkit.widgets.display import HEADLESS_ENV, LABEL_STYLE, figure_to_png, is_headless  # noqa: F401
+from toolkit.widgets.display import headless_placeholder as _placeholder
 
-HEADLESS_ENV = "TOOLKIT_HEADLESS"
 KEPT_COLOR, CUT_COLOR = "tab:blue", "lightgrey"
 
 
 # ---------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------
-
-
-def is_headless() -> bool:
-    """``True`` when ``TOOLKIT_HEADLESS`` is set to something other than ``""``/``0``/``false``."""
-    return os.environ.get(HEADLESS_ENV, "").strip().lower() not in ("", "0", "false", "no")
-
-
-def _placeholder(name: str):
-    import ipywidgets as w
-
-    return w.HTML(
-        f"<i>{name}: interactive widgets are skipped while grading ({HEADLESS_ENV}=1).</i>"
-    )
-
-
-def figure_to_png(fig: Figure, dpi: int = 80) -> bytes:
-    """Render a Figure to PNG bytes with the Agg renderer (no display needed)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    return buf.getvalue()
 
 
 def _history_fields(history) -> dict[str, list]:
@@ -113,8 +92,15 @@ def plot_loss_curves(
         prefix = f"{label} " if label else ""
         ax.plot(h["step"], h["train_loss"], color=color, alpha=0.6, lw=1, label=f"{prefix}train")
         if h["val_loss"]:
-            ax.plot(h["val_step"], h["val_loss"], "o-", color=color, ms=4, lw=1.5,
-                    label=f"{prefix}validation")
+            ax.plot(
+                h["val_step"],
+                h["val_loss"],
+                "o-",
+                color=color,
+                ms=4,
+                lw=1.5,
+                label=f"{prefix}validation",
+            )
     if uniform_loss is not None:
         ax.axhline(uniform_loss, color="grey", ls="--", lw=1, label="uniform guess (ln V)")
     ax.set_xlabel("step")
@@ -171,8 +157,12 @@ class LiveLossPlot:
         if (step + 1) % self.every and not just_evaluated:
             return
         self.ax.clear()
-        plot_loss_curves(history, uniform_loss=self.uniform_loss,
-                         title=f"{self.title}: step {step + 1}", ax=self.ax)
+        plot_loss_curves(
+            history,
+            uniform_loss=self.uniform_loss,
+            title=f"{self.title}: step {step + 1}",
+            ax=self.ax,
+        )
         self.n_redraws += 1
         if self._image is not None:
             self._image.value = figure_to_png(self.figure)
@@ -270,16 +260,26 @@ def plot_next_token_distribution(
     else:
         fig = ax.figure
     kept = d["kept"][order].tolist()
-    ax.bar(xs, d["probs"][order].tolist(), color=[KEPT_COLOR if k else CUT_COLOR for k in kept],
-           edgecolor="black", lw=0.5, label="after temperature (grey = cut)")
-    ax.plot(xs, d["final"][order].tolist(), "o", color="tab:red", ms=4,
-            label="sampled (renormalised)")
+    ax.bar(
+        xs,
+        d["probs"][order].tolist(),
+        color=[KEPT_COLOR if k else CUT_COLOR for k in kept],
+        edgecolor="black",
+        lw=0.5,
+        label="after temperature (grey = cut)",
+    )
+    ax.plot(
+        xs, d["final"][order].tolist(), "o", color="tab:red", ms=4, label="sampled (renormalised)"
+    )
     ax.set_xticks(xs, [_printable(name(int(i))) for i in order], rotation=60, fontsize=8)
     ax.set_ylabel("probability")
     n_kept = int(d["kept"].sum())
     mass = float(d["probs"][d["kept"]].sum())
-    ax.set_title(f"t = {temperature:.2g}, top-k = {top_k or 'off'}, top-p = {top_p or 'off'}: "
-                 f"{n_kept}/{V} tokens kept, {mass:.0%} of the mass", fontsize=9)
+    ax.set_title(
+        f"t = {temperature:.2g}, top-k = {top_k or 'off'}, top-p = {top_p or 'off'}: "
+        f"{n_kept}/{V} tokens kept, {mass:.0%} of the mass",
+        fontsize=9,
+    )
     ax.set_ylim(0, max(1e-3, float(d["final"].max()), float(d["probs"].max())) * 1.1)
     ax.legend(fontsize=8)
     return fig
@@ -319,10 +319,19 @@ def sampling_playground(model=None, tokenizer=None, prompt: str = "def ", logits
     V = model.config.vocab_size if model is not None else torch.as_tensor(logits).numel()
     labels = getattr(tokenizer, "token_str", None)
     text = w.Text(value=prompt, description="prompt", disabled=model is None)
-    temperature = w.FloatLogSlider(value=1.0, base=10, min=-1.3, max=0.7, step=0.02,
-                                   description="temperature")
-    top_k = w.IntSlider(value=0, min=0, max=V, description="top-k (0=off)")
-    top_p = w.FloatSlider(value=1.0, min=0.01, max=1.0, step=0.01, description="top-p")
+    temperature = w.FloatLogSlider(
+        style=LABEL_STYLE,
+        value=1.0,
+        base=10,
+        min=-1.3,
+        max=0.7,
+        step=0.02,
+        description="temperature",
+    )
+    top_k = w.IntSlider(style=LABEL_STYLE, value=0, min=0, max=V, description="top-k (0=off)")
+    top_p = w.FloatSlider(
+        style=LABEL_STYLE, value=1.0, min=0.01, max=1.0, step=0.01, description="top-p"
+    )
     image = w.Image(format="png")
     state = {"logits": None if logits is None else torch.as_tensor(logits).float()}
 
@@ -332,8 +341,9 @@ def sampling_playground(model=None, tokenizer=None, prompt: str = "def ", logits
         redraw()
 
     def redraw(_change=None):
-        fig = plot_next_token_distribution(state["logits"], temperature.value, top_k.value,
-                                           top_p.value, labels=labels)
+        fig = plot_next_token_distribution(
+            state["logits"], temperature.value, top_k.value, top_p.value, labels=labels
+        )
         image.value = figure_to_png(fig)
 
     text.observe(recompute, names="value")
@@ -383,8 +393,15 @@ def plot_side_by_side(texts: Mapping[str, str], prompt: str = "", width: int = 4
         lines = []
         for line in (prompt + text).splitlines()[:40]:
             lines.extend(textwrap.wrap(line.expandtabs(4), width, replace_whitespace=False) or [""])
-        ax.text(0.0, 1.0, "\n".join(lines[:40]), family="monospace", fontsize=7, va="top",
-                transform=ax.transAxes)
+        ax.text(
+            0.0,
+            1.0,
+            "\n".join(lines[:40]),
+            family="monospace",
+            fontsize=7,
+            va="top",
+            transform=ax.transAxes,
+        )
         ax.set_title(label)
         ax.set_axis_off()
     return fig
@@ -408,15 +425,24 @@ def side_by_side_generation(
     import ipywidgets as w
 
     text = w.Text(value=prompt, description="prompt")
-    temperature = w.FloatSlider(value=0.8, min=0.05, max=2.0, step=0.05, description="temperature")
-    top_k = w.IntSlider(value=0, min=0, max=100, description="top-k (0=off)")
+    temperature = w.FloatSlider(
+        style=LABEL_STYLE, value=0.8, min=0.05, max=2.0, step=0.05, description="temperature"
+    )
+    top_k = w.IntSlider(style=LABEL_STYLE, value=0, min=0, max=100, description="top-k (0=off)")
     seed = w.IntText(value=0, description="seed")
     button = w.Button(description="Generate")
     columns = w.HTML()
 
     def run(_button=None):
-        texts = compare_generations(models, tokenizer, text.value, max_new_tokens,
-                                    temperature.value, top_k.value or None, seed=seed.value)
+        texts = compare_generations(
+            models,
+            tokenizer,
+            text.value,
+            max_new_tokens,
+            temperature.value,
+            top_k.value or None,
+            seed=seed.value,
+        )
         cells = "".join(
             f"<td style='vertical-align:top;padding:4px'><b>{html.escape(label)}</b>"
             f"<pre style='white-space:pre-wrap'>{html.escape(text.value + t)}</pre></td>"

@@ -29,17 +29,21 @@ in the environment (set by the autograder) builders return a small placeholder.
 
 from __future__ import annotations
 
-import io
 import math
-import os
 
 import matplotlib
 import torch
 from matplotlib.figure import Figure
 
 from toolkit import position as P
+from toolkit.widgets.display import (  # noqa: F401 - HEADLESS_ENV re-exported
+    HEADLESS_ENV,
+    LABEL_STYLE,
+    figure_to_png,
+    headless_placeholder,
+    is_headless,
+)
 
-HEADLESS_ENV = "TOOLKIT_HEADLESS"
 METHOD_COLORS = {
     "RoPE": "black",
     "PI": "tab:blue",
@@ -54,22 +58,8 @@ METHOD_COLORS = {
 # ---------------------------------------------------------------------------
 
 
-def _is_headless() -> bool:
-    return os.environ.get(HEADLESS_ENV, "").strip().lower() not in ("", "0", "false", "no")
-
-
-def _placeholder(name: str):
-    import ipywidgets as w
-
-    return w.HTML(
-        f"<i>{name}: interactive widgets are skipped while grading ({HEADLESS_ENV}=1).</i>"
-    )
-
-
-def _png(fig: Figure, dpi: int = 80) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
-    return buf.getvalue()
+def _png(fig: Figure, dpi: int = 110) -> bytes:
+    return figure_to_png(fig, dpi=dpi, tight=True)
 
 
 def _wire(controls: list, draw, note=None):
@@ -174,22 +164,34 @@ def plot_rope_spectrum(
 
 def rope_spectrum_explorer():
     """Scale, base, head size and training length sliders for :func:`plot_rope_spectrum`."""
-    if _is_headless():
-        return _placeholder("rope_spectrum_explorer")
+    if is_headless():
+        return headless_placeholder("rope_spectrum_explorer")
     import ipywidgets as w
 
     controls = [
         _control(
-            w.FloatLogSlider(value=4, base=2, min=0, max=5, step=0.25, description="scale s"),
+            w.FloatLogSlider(
+                style=LABEL_STYLE, value=4, base=2, min=0, max=5, step=0.25, description="scale s"
+            ),
             "scale",
         ),
-        _control(w.Dropdown(options=[32, 64, 128], value=64, description="d_head"), "d_head"),
         _control(
-            w.FloatLogSlider(value=1e4, base=10, min=3, max=7, step=0.25, description="base"),
+            w.Dropdown(style=LABEL_STYLE, options=[32, 64, 128], value=64, description="d_head"),
+            "d_head",
+        ),
+        _control(
+            w.FloatLogSlider(
+                style=LABEL_STYLE, value=1e4, base=10, min=3, max=7, step=0.25, description="base"
+            ),
             "base",
         ),
         _control(
-            w.Dropdown(options=[512, 2048, 4096, 8192, 32768], value=2048, description="L_train"),
+            w.Dropdown(
+                style=LABEL_STYLE,
+                options=[512, 2048, 4096, 8192, 32768],
+                value=2048,
+                description="L_train",
+            ),
             "original_max_position_embeddings",
         ),
     ]
@@ -292,21 +294,31 @@ def plot_rope_rotation(
 
 def rope_rotation_explorer():
     """A position slider (with a play button) and a pair selector for :func:`plot_rope_rotation`."""
-    if _is_headless():
-        return _placeholder("rope_rotation_explorer")
+    if is_headless():
+        return headless_placeholder("rope_rotation_explorer")
     import ipywidgets as w
 
     d_head = 16
-    position = _control(w.IntSlider(value=5, min=0, max=200, description="position"), "position")
+    position = _control(
+        w.IntSlider(style=LABEL_STYLE, value=5, min=0, max=200, description="position"), "position"
+    )
     play = w.Play(value=5, min=0, max=200, interval=150, description="play")
     w.jslink((play, "value"), (position, "value"))
     controls = [
         position,
         _control(
-            w.IntSlider(value=0, min=0, max=d_head // 2 - 1, description="pair i"), "pair_index"
+            w.IntSlider(
+                style=LABEL_STYLE, value=0, min=0, max=d_head // 2 - 1, description="pair i"
+            ),
+            "pair_index",
         ),
         _control(
-            w.Dropdown(options=["half", "interleaved"], value="half", description="layout"),
+            w.Dropdown(
+                style=LABEL_STYLE,
+                options=["half", "interleaved"],
+                value="half",
+                description="layout",
+            ),
             "layout",
         ),
     ]
@@ -393,21 +405,33 @@ def plot_score_vs_distance(
 
 def score_vs_distance_explorer():
     """Distance range, head size, base and ALiBi head count for :func:`plot_score_vs_distance`."""
-    if _is_headless():
-        return _placeholder("score_vs_distance_explorer")
+    if is_headless():
+        return headless_placeholder("score_vs_distance_explorer")
     import ipywidgets as w
 
     controls = [
         _control(
-            w.IntSlider(value=256, min=16, max=1024, step=16, description="max dist"),
+            w.IntSlider(
+                style=LABEL_STYLE, value=256, min=16, max=1024, step=16, description="max dist"
+            ),
             "max_distance",
         ),
-        _control(w.Dropdown(options=[16, 32, 64, 128], value=64, description="d_head"), "d_head"),
         _control(
-            w.FloatLogSlider(value=1e4, base=10, min=2, max=6, step=0.25, description="base"),
+            w.Dropdown(
+                style=LABEL_STYLE, options=[16, 32, 64, 128], value=64, description="d_head"
+            ),
+            "d_head",
+        ),
+        _control(
+            w.FloatLogSlider(
+                style=LABEL_STYLE, value=1e4, base=10, min=2, max=6, step=0.25, description="base"
+            ),
             "base",
         ),
-        _control(w.IntSlider(value=8, min=1, max=16, description="ALiBi heads"), "n_heads"),
+        _control(
+            w.IntSlider(style=LABEL_STYLE, value=8, min=1, max=16, description="ALiBi heads"),
+            "n_heads",
+        ),
     ]
     return _wire(controls, plot_score_vs_distance)
 
@@ -452,13 +476,18 @@ def plot_alibi_heads(n_heads: int = 8, seq_len: int = 12, causal: bool = True) -
 
 def alibi_explorer():
     """Head-count and length sliders plus a causal toggle for :func:`plot_alibi_heads`."""
-    if _is_headless():
-        return _placeholder("alibi_explorer")
+    if is_headless():
+        return headless_placeholder("alibi_explorer")
     import ipywidgets as w
 
     controls = [
-        _control(w.IntSlider(value=8, min=1, max=16, description="heads"), "n_heads"),
-        _control(w.IntSlider(value=12, min=2, max=48, description="seq_len"), "seq_len"),
+        _control(
+            w.IntSlider(style=LABEL_STYLE, value=8, min=1, max=16, description="heads"), "n_heads"
+        ),
+        _control(
+            w.IntSlider(style=LABEL_STYLE, value=12, min=2, max=48, description="seq_len"),
+            "seq_len",
+        ),
         _control(w.Checkbox(value=True, description="causal"), "causal"),
     ]
 
@@ -584,18 +613,25 @@ def plot_train_short_test_long(
 
 def train_short_test_long_explorer():
     """Scale and training-length sliders for :func:`plot_train_short_test_long`."""
-    if _is_headless():
-        return _placeholder("train_short_test_long_explorer")
+    if is_headless():
+        return headless_placeholder("train_short_test_long_explorer")
     import ipywidgets as w
 
     controls = [
         _control(
-            w.FloatLogSlider(value=4, base=2, min=0, max=4, step=0.25, description="scale s"),
+            w.FloatLogSlider(
+                style=LABEL_STYLE, value=4, base=2, min=0, max=4, step=0.25, description="scale s"
+            ),
             "scale",
         ),
         _control(
-            w.Dropdown(options=[64, 128, 256, 512], value=256, description="L_train"), "train_len"
+            w.Dropdown(
+                style=LABEL_STYLE, options=[64, 128, 256, 512], value=256, description="L_train"
+            ),
+            "train_len",
         ),
-        _control(w.IntSlider(value=0, min=0, max=20, description="seed"), "seed"),
+        _control(
+            w.IntSlider(style=LABEL_STYLE, value=0, min=0, max=20, description="seed"), "seed"
+        ),
     ]
     return _wire(controls, plot_train_short_test_long)
