@@ -1,7 +1,9 @@
 """GPU kernels written in Triton (https://triton-lang.org).
 
 * :mod:`toolkit.kernels.flash_triton`: FlashAttention forward with causal masking
-  and grouped-query attention, :func:`triton_flash_attention`.
+  and grouped-query attention, :func:`triton_flash_attention` (strided, tuned), and
+  the student-sized version of Assignment 04, :func:`flash_attention_triton` with its
+  kernel :func:`flash_attention_kernel`.
 
 Without a GPU the kernels run in Triton's interpreter, which must be switched on
 before ``triton`` is first imported, by anything: Triton decides between interpreter
@@ -20,8 +22,16 @@ which the wrapper therefore refuses.
 
 from toolkit.kernels.flash_triton import (
     HAS_TRITON,
+    flash_attention_kernel,
+    flash_attention_triton,
     interpreter_active,
     triton_flash_attention,
 )
 
-__all__ = ["HAS_TRITON", "interpreter_active", "triton_flash_attention"]
+__all__ = [
+    "HAS_TRITON",
+    "flash_attention_kernel",
+    "flash_attention_triton",
+    "interpreter_active",
+    "triton_flash_attention",
+]
