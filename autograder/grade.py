@@ -39,10 +39,11 @@ def submission_digest(submission_dir: Path) -> str:
     return digest.hexdigest()
 
 
-def _job(course: Course, spec: AssignmentSpec, student: str, notebook_id: str, gb) -> tuple:
-    """(job for a worker or None, immediate outcome or None, points, manual ids)."""
+def _job(
+    course: Course, spec: AssignmentSpec, student: str, notebook_id: str, gb, auto_points: dict
+) -> tuple:
+    """(job for a worker, or None with the outcome of a notebook that cannot run)."""
     submission_dir = course.path("submitted", student, spec.name)
-    auto_points, manual_ids = grade_cell_ids(gb, notebook_id, spec.name)
     try:
         nb = read_submission(submission_dir / f"{notebook_id}.ipynb")
         nb, findings = sanitize(
@@ -62,7 +63,7 @@ def _job(course: Course, spec: AssignmentSpec, student: str, notebook_id: str, g
             "isolation": isolation_level(),
             "seconds": 0.0,
         }
-        return None, outcome, auto_points, manual_ids
+        return None, outcome
     job = {
         "student": student,
         "assignment": spec.name,
@@ -79,7 +80,7 @@ def _job(course: Course, spec: AssignmentSpec, student: str, notebook_id: str, g
         "hidden": [str(course.root), str(course.assignments_dir), str(spec.checks_dir())],
         "findings": findings,
     }
-    return job, None, auto_points, manual_ids
+    return job, None
 
 
 def _run_job(job: dict) -> dict:
@@ -89,7 +90,8 @@ def _run_job(job: dict) -> dict:
     return result
 
 
-def pending_students(course: Course, spec: AssignmentSpec, students, force: bool) -> list[str]:
+def pending_students(course: Course, spec: AssignmentSpec, students, force: bool) -> dict[str, str]:
+    """``{student: submission digest}`` for the submissions that still need grading."""
     chosen = students or course.students_with_submissions(spec.name)
     missing = [s for s in chosen if not course.path("submitted", s, spec.name).is_dir()]
     if missing:
@@ -99,12 +101,12 @@ def pending_students(course: Course, spec: AssignmentSpec, students, force: bool
             f"no submission of '{spec.name}' for: {', '.join(missing)} "
             f"(expected {course.path('submitted', missing[0], spec.name)})"
         )
-    todo = []
+    todo = {}
     for student in chosen:
         done = writer.read_result_file(course, spec.name, student)
         digest = submission_digest(course.path("submitted", student, spec.name))
         if force or not done or done.get("digest") != digest:
-            todo.append(student)
+            todo[student] = digest
     return todo
 
 
@@ -135,8 +137,10 @@ def grade(
             ) from None
     all_students = students or course.students_with_submissions(spec.name)
     if not all_students:
-        log(f"No submissions of {spec.name} yet: put each student's files in "
-            f"{course.path('submitted')}/<student>/{spec.name}/")
+        log(
+            f"No submissions of {spec.name} yet: put each student's files in "
+            f"{course.path('submitted')}/<student>/{spec.name}/"
+        )
     todo = pending_students(course, spec, students, force)
     skipped = [s for s in all_students if s not in todo]
     isolation = isolation_level()
@@ -149,14 +153,16 @@ def grade(
 
     jobs, pending = [], {}
     with course.gradebook() as gb:
+        cells = {nb_id: grade_cell_ids(gb, nb_id, spec.name) for nb_id in spec.notebooks}
         for student in todo:
             pending[student] = {
-                "digest": submission_digest(course.path("submitted", student, spec.name)),
+                "digest": todo[student],
                 "notebooks": {},
                 "left": len(spec.notebooks),
             }
             for notebook_id in spec.notebooks:
-                job, outcome, points, manual = _job(course, spec, student, notebook_id, gb)
+                points, manual = cells[notebook_id]
+                job, outcome = _job(course, spec, student, notebook_id, gb, points)
                 pending[student]["notebooks"][notebook_id] = (points, manual)
                 if job is None:
                     _finish(course, spec, student, notebook_id, outcome, pending)
@@ -185,7 +191,7 @@ def grade(
             bar.update(1)
     finally:
         bar.close()
-    return {"graded": todo, "skipped": skipped, "isolation": isolation}
+    return {"graded": list(todo), "skipped": skipped, "isolation": isolation}
 
 
 def _finish(course, spec, student, notebook_id, outcome, pending) -> None:
