@@ -97,7 +97,8 @@ def _wrong(fn):
 for _name in {names!r}:
     _obj = globals()[_name]
     if isinstance(_obj, type):
-        _obj.forward = _wrong(_obj.forward)
+        if hasattr(_obj, "forward"):  # a plain class (say, a cache) is left alone
+            _obj.forward = _wrong(_obj.forward)
     else:
         globals()[_name] = _wrong(_obj)
 """
