@@ -189,6 +189,18 @@ def _is_pow2(n: int) -> bool:
     return n >= 1 and (n & (n - 1)) == 0
 
 
+def _check_dtype(q: Tensor, interpreting: bool) -> None:
+    """fp16/fp32 everywhere, bf16 only compiled: the interpreter gets bf16 ``tl.dot`` wrong."""
+    allowed = (torch.float16, torch.float32) + (() if interpreting else (torch.bfloat16,))
+    if q.dtype not in allowed:
+        if q.dtype == torch.bfloat16:
+            raise ValueError(
+                "q, k, v are bfloat16, which the Triton interpreter (TRITON_INTERPRET=1) "
+                "computes wrongly in tl.dot without any error; use float16 or float32 on CPU."
+            )
+        raise ValueError(f"q, k, v dtype must be one of {allowed}, got {q.dtype}")
+
+
 def triton_flash_attention(
     q: Tensor,
     k: Tensor,
@@ -260,16 +272,7 @@ def triton_flash_attention(
         raise RuntimeError(
             f"q is on {q.device} and the Triton interpreter is off.{hint} " + _ENABLE_HINT
         )
-    allowed = (torch.float16, torch.float32) if interpreting else (
-        torch.float16, torch.float32, torch.bfloat16
-    )
-    if q.dtype not in allowed:
-        if q.dtype == torch.bfloat16:
-            raise ValueError(
-                "q, k, v are bfloat16, which the Triton interpreter (TRITON_INTERPRET=1) "
-                "computes wrongly in tl.dot without any error; use float16 or float32 on CPU."
-            )
-        raise ValueError(f"q, k, v dtype must be one of {allowed}, got {q.dtype}")
+    _check_dtype(q, interpreting)
 
     on_gpu = not interpreting
     block_m = (128 if on_gpu else 32) if block_m is None else block_m
@@ -454,14 +457,7 @@ def check_kernel_launch(
         )
     if q.device.type != "cuda" and not interpreting:
         raise RuntimeError(f"q is on {q.device} and the Triton interpreter is off. " + _ENABLE_HINT)
-    allowed = (torch.float16, torch.float32) + (() if interpreting else (torch.bfloat16,))
-    if q.dtype not in allowed:
-        if q.dtype == torch.bfloat16:
-            raise ValueError(
-                "q, k, v are bfloat16, which the Triton interpreter (TRITON_INTERPRET=1) "
-                "computes wrongly in tl.dot without any error; use float16 or float32 on CPU."
-            )
-        raise ValueError(f"q, k, v dtype must be one of {allowed}, got {q.dtype}")
+    _check_dtype(q, interpreting)
 
 
 def flash_attention_triton(
