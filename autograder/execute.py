@@ -12,37 +12,62 @@
   kernel and waits for the reply with its own time limit.
 
 Every event (time-outs, restarts, truncated output) is kept in ``events`` for the report.
+
+The kernel itself comes from this worker's fork server (:mod:`autograder.forkserver`)
+when there is one, and is otherwise started from scratch inside bubblewrap; the two
+look the same from inside (``tests/autograder/test_forkserver.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import shutil
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import nbformat
+import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
+from . import forkserver
+from .forkserver import ForkedKernelProvisioner
+from .quickstart import kill_kernel_now
 from .sandbox import Limits, hand_over, kernel_environment, kill_strays, wrap_command
 
 #: Marks a cell in the notebook as not executed while grading (widgets, long demos).
 SKIP_TAG = "skip-grading"
+log = logging.getLogger(__name__)
 MAX_OUTPUT_CHARS = 20_000
 _TIMEOUT_ENAME = "CellTimeoutError"
 
 
 class SandboxedKernelManager(AsyncKernelManager):
-    """A KernelManager whose kernel command runs inside :func:`autograder.sandbox.wrap_command`."""
+    """A KernelManager whose kernel runs sandboxed: forked by a zygote
+    (:mod:`autograder.forkserver`) when one is given, else started by the command of
+    :func:`autograder.sandbox.wrap_command`."""
 
-    def __init__(self, *args, workdir: Path, limits: Limits, slot: int, hidden, **kwargs):
+    def __init__(
+        self, *args, workdir: Path, limits: Limits, slot: int, hidden, fork_server=None, **kwargs
+    ):
         super().__init__(*args, **kwargs)
-        self._workdir, self._limits, self._slot, self._hidden = workdir, limits, slot, hidden
+        self._workdir, self.limits, self._slot, self._hidden = workdir, limits, slot, hidden
+        self.fork_server = fork_server
+
+    async def _async_pre_start_kernel(self, **kw):
+        if self.fork_server is not None and self.provisioner is None:
+            self.kernel_id = self.kernel_id or str(uuid.uuid4())
+            self.provisioner = ForkedKernelProvisioner(
+                kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self
+            )
+            self.provisioner.fork_server = self.fork_server
+        return await super()._async_pre_start_kernel(**kw)
 
     def write_connection_file(self, **kwargs):
         super().write_connection_file(**kwargs)
@@ -51,7 +76,9 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     def format_kernel_cmd(self, extra_arguments=None):
         cmd = super().format_kernel_cmd(extra_arguments)
-        return wrap_command(cmd, self._workdir, self._limits, self._slot, self._hidden)
+        if self.fork_server is not None:
+            return cmd  # the zygote needs only the connection file
+        return wrap_command(cmd, self._workdir, self.limits, self._slot, self._hidden)
 
 
 class _CappedClient(NotebookClient):
@@ -95,6 +122,7 @@ class KernelSession:
         slot: int = 0,
         hidden: tuple[Path, ...] = (),
         max_restarts: int = 2,
+        use_fork_server: bool = True,
     ):
         self.workdir = Path(workdir)
         self.cell_timeout = cell_timeout
@@ -103,24 +131,50 @@ class KernelSession:
         self.slot = slot
         self.hidden = hidden
         self.max_restarts = max_restarts
+        self.use_fork_server = use_fork_server
         self.restarts = 0
         self.events: list[str] = []
         self.km: SandboxedKernelManager | None = None
         self.client: _CappedClient | None = None
         self._good_cells: list[int] = []
         self._bridge_source: str | None = None
+        self._context: zmq.asyncio.Context | None = None
+        self._answered = False  # did the kernel answer the last request in time?
 
     # -- kernel life cycle -----------------------------------------------------
     def start(self, nb: nbformat.NotebookNode) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         # The kernel may run under an unprivileged uid of its own: let it write here.
         hand_over(self.workdir, self.slot)
+        server = self._fork_server()
+        try:
+            self._start_kernel(nb, server)
+        except forkserver.ForkServerError as exc:
+            # Slower, same isolation: start this kernel from scratch.
+            log.warning("fork server failed (%s); starting the kernel from scratch", exc)
+            self.shutdown()
+            self._start_kernel(nb, None)
+
+    def _fork_server(self):
+        if not self.use_fork_server:
+            return None
+        if not self.workdir.resolve().is_relative_to(forkserver.scratch_root().resolve()):
+            return None
+        return forkserver.get(self.slot, self.hidden)
+
+    def _start_kernel(self, nb: nbformat.NotebookNode, server) -> None:
+        self._context = zmq.asyncio.Context()
         self.km = SandboxedKernelManager(
             kernel_name="python3",
             workdir=self.workdir,
             limits=self.limits,
             slot=self.slot,
             hidden=self.hidden,
+            fork_server=server,
+            client_class="autograder.quickstart.QuickStartKernelClient",
+            # Ours, not the manager's: it would destroy it waiting 100 ms for messages
+            # that a killed kernel will never read.
+            context=self._context,
             transport="ipc",
             ip=str(self.workdir / ".kernel-ipc"),
         )
@@ -158,9 +212,14 @@ class KernelSession:
                 self.client.kc.stop_channels()
         if self.km is not None:
             with contextlib.suppress(Exception):
-                run_sync(self.km.shutdown_kernel)(now=True)
+                run_sync(kill_kernel_now)(self.km)
             with contextlib.suppress(Exception):
                 run_sync(self.km.cleanup_resources)()
+        if self._context is not None:
+            self._context.destroy(linger=0)
+            self._context = None
+        # Nothing of this kernel may outlive it, not even a daemon that left its tree.
+        kill_strays(self.slot, everything=True)
         self.km = self.client = None
 
     def alive(self) -> bool:
@@ -263,6 +322,7 @@ class KernelSession:
         if not self.alive():
             raise DeadKernelError("the kernel is not running")
         kc = self.client.kc
+        self._answered = False
         try:
             reply = run_sync(kc.execute_interactive)(
                 code, silent=True, store_history=False, timeout=timeout, output_hook=lambda m: None
@@ -271,11 +331,17 @@ class KernelSession:
             with contextlib.suppress(Exception):
                 run_sync(self.km.interrupt_kernel)()
             raise
+        self._answered = True
         return reply["content"]
 
     def ensure_alive(self, nb: nbformat.NotebookNode) -> bool:
         """Called by the checks between requests: restart (and replay) a dead or stuck kernel."""
+        # After an answered request a live process is enough; after a time-out or a
+        # crash, make sure the kernel answers again before sending it more work.
+        if self._answered and self.alive():
+            return True
         if self._responsive(timeout=5):
+            self._answered = True
             return True
         return self._restart(nb, "it stopped answering during the checks")
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import nbformat
 from tqdm import tqdm
 
+from . import forkserver
 from . import gradebook as writer
 from .course import AssignmentSpec, Course
 from .runner import grade_notebook
@@ -146,7 +147,7 @@ def grade(
     isolation = isolation_level()
     log(
         f"Grading {spec.name}: {len(todo)} submission(s) to grade, {len(skipped)} already graded; "
-        f"isolation: {isolation}"
+        f"isolation: {isolation}; kernels: {forkserver.kernel_start_mode()}"
     )
     if not todo:
         return {"graded": [], "skipped": skipped, "isolation": isolation}

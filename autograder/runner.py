@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import shutil
 import tempfile
 import time
@@ -19,10 +18,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from . import kernel_side
+from . import forkserver, kernel_side
 from .execute import KernelSession, prepare_workdir
 from .protocol import Submission
-from .sandbox import Limits, isolation_level
+from .sandbox import Limits, isolation_level, sandbox_slot
 
 
 class _CheckPlugin:
@@ -66,7 +65,7 @@ class _CheckPlugin:
                     "grade_cell": cell.args[0] if cell else None,
                     "weight": float(weight.args[0]) if weight else 1.0,
                     "pitfall": pitfall.args[0] if pitfall else None,
-                "structural": item.get_closest_marker("structural") is not None,
+                    "structural": item.get_closest_marker("structural") is not None,
                     "passed": report.outcome == "passed",
                     "message": message.split("\nassert ")[0][:1500],
                 }
@@ -82,6 +81,9 @@ def run_checks(checks_dir: Path, submission: Submission) -> list[dict]:
         "no:cacheprovider",
         "-p",
         "no:terminal",
+        # Its clean-up runs gc.collect() over and over: half a second per submission.
+        "-p",
+        "no:unraisableexception",
         "--import-mode=importlib",
         "--rootdir",
         str(checks_dir),
@@ -109,10 +111,16 @@ def grade_notebook(job: dict) -> dict:
     notebook (nbformat dict, already sanitised), submission_dir, test_cell_ids,
     checks_dir (the hidden checks), cell_timeout, submission_timeout,
     forbid, hidden (paths to keep out of the sandbox), memory_bytes."""
+    with sandbox_slot() as slot:
+        return _grade_notebook(job, slot)
+
+
+def _grade_notebook(job: dict, slot: int) -> dict:
     started = time.monotonic()
     nb = nbformat.from_dict(job["notebook"])
     test_ids = set(job.get("test_cell_ids", []))
-    scratch = Path(tempfile.mkdtemp(prefix="autograder-"))
+    # Inside this worker's scratch root, where its fork server can reach it.
+    scratch = Path(tempfile.mkdtemp(prefix="submission-", dir=forkserver.scratch_root()))
     workdir = scratch / "work"
     prepare_workdir(Path(job["submission_dir"]), workdir, job["notebook_id"] + ".ipynb")
     limits = Limits(address_space=int(job.get("memory_bytes", Limits.address_space)))
@@ -121,7 +129,7 @@ def grade_notebook(job: dict) -> dict:
         cell_timeout=job.get("cell_timeout", 60),
         submission_timeout=job.get("submission_timeout", 600),
         limits=limits,
-        slot=os.getpid() % 4000,
+        slot=slot,
         hidden=tuple(Path(p) for p in job.get("hidden", [])),
     )
     records: list[dict] = []

@@ -19,11 +19,15 @@ unprivileged uid, so the process limit cannot be bypassed (root ignores
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import os
 import shutil
 import signal
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 #: What ``autograder grade`` prints: which isolation was in force.
@@ -32,6 +36,7 @@ ISOLATION_LIMITS = "resource limits only (bubblewrap not found: install the 'bub
 
 # Each concurrent sandbox slot gets its own uid when the grader runs as root.
 _SANDBOX_UID_BASE = 61000
+SLOTS = 4000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +111,38 @@ def sandbox_uid(slot: int) -> int | None:
     return None
 
 
+@contextlib.contextmanager
+def sandbox_slot():
+    """Claim a sandbox slot no other grading kernel on this machine holds; yield it.
+
+    The slot picks the kernel's uid, and :func:`kill_strays` kills by uid, so two
+    kernels must never share one: not two worker processes, and not two threads of one
+    (a Dask worker runs several tasks at once). A slot is an exclusive ``flock`` on a
+    file under the system's temporary directory, released when the block ends. The
+    search starts from the process id, so a worker usually gets the same slot back
+    (and keeps using its fork server).
+    """
+    lock_dir = Path(tempfile.gettempdir()) / "autograder-slots"
+    lock_dir.mkdir(exist_ok=True)
+    with contextlib.suppress(OSError):
+        os.chmod(lock_dir, 0o1777)
+    first = os.getpid() % SLOTS
+    for i in range(SLOTS):
+        slot = (first + i) % SLOTS
+        fd = os.open(lock_dir / f"slot-{slot}.lock", os.O_CREAT | os.O_RDWR, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        try:
+            yield slot
+        finally:
+            os.close(fd)
+        return
+    raise RuntimeError(f"all {SLOTS} sandbox slots are in use")
+
+
 def hand_over(path: Path, slot: int) -> None:
     """Give the sandbox's uid ownership of ``path`` (and what is under it)."""
     uid = sandbox_uid(slot)
@@ -115,41 +152,68 @@ def hand_over(path: Path, slot: int) -> None:
         os.chown(item, uid, uid, follow_symlinks=False)
 
 
-def kill_strays(slot: int) -> int:
-    """Kill every process the kernel of ``slot`` spawned (a fork bomb, a forgotten server).
+def kill_strays(slot: int, everything: bool = False) -> int:
+    """Kill the processes the kernel of ``slot`` spawned (a fork bomb, a forgotten server).
 
     Works where each sandbox has a uid of its own: the kernel is the one process of that
-    uid whose parent belongs to someone else (bubblewrap); everything else of that uid
-    descends from it. Returns how many processes were killed.
+    uid whose parent belongs to someone else (bubblewrap, or the fork server); everything
+    else of that uid descends from it. With ``everything``, the kernel goes too, and so
+    does a daemon that double-forked away from it: call that once the kernel is finished,
+    so nothing of one submission outlives it. Returns how many processes were killed.
     """
     uid = sandbox_uid(slot)
     if uid is None:
         return 0
-    killed = 0
-    for _ in range(5):  # a fork bomb keeps forking while we kill: sweep a few times
-        strays = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/status") as f:
-                    fields = dict(line.split(":\t", 1) for line in f if ":\t" in line)
-                if int(fields["Uid"].split()[0]) != uid:
-                    continue
-                parent = int(fields["PPid"].split()[0])
-                if os.stat(f"/proc/{parent}").st_uid == uid:
-                    strays.append(int(entry))
-            except (OSError, KeyError, ValueError):
-                continue
+    killed: set[int] = set()
+    # A fork bomb keeps forking while we kill, and a killed process lingers (still
+    # "running") while the kernel frees its memory: sweep until none is left.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        strays = [
+            pid
+            for pid, parent in _processes_of(uid).items()
+            if everything or _uid_of(parent) == uid
+        ]
         if not strays:
             break
         for pid in strays:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-                killed += 1
-            except OSError:
-                pass
-    return killed
+                killed.add(pid)
+        time.sleep(0.005)
+    return len(killed)
+
+
+def _status_fields(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/status") as f:
+        return dict(line.split(":\t", 1) for line in f if ":\t" in line)
+
+
+def _uid_of(pid: int) -> int | None:
+    """Real uid of a process (from its status: /proc/PID is root's once it set a uid)."""
+    try:
+        return int(_status_fields(pid)["Uid"].split()[0])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _processes_of(uid: int) -> dict[int, int]:
+    """``{pid: parent pid}`` for every live process whose real uid is ``uid``.
+
+    Zombies are left out: they are dead already, waiting for a parent to reap them."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = _status_fields(int(entry))
+            if fields["State"].strip()[:1] in "ZX":
+                continue
+            if int(fields["Uid"].split()[0]) == uid:
+                found[int(entry)] = int(fields["PPid"].split()[0])
+        except (OSError, KeyError, ValueError):
+            continue
+    return found
 
 
 def wrap_command(
@@ -181,12 +245,31 @@ def wrap_command(
     if bwrap is None:
         return [sys.executable, str(launcher_file), *limit_args, "--", *cmd]
 
-    toolkit_pkg, project_root = _project_paths()
     inner_launcher = "/autograder-limits-launcher.py"
     if os.geteuid() == 0:
         # As root: no user namespace (root inside one still counts as uid 0 for
         # RLIMIT_NPROC). The launcher drops to an unprivileged uid of this slot
         # inside the sandbox, which clears every capability.
+        limit_args.append(f"--uid={sandbox_uid(slot)}")
+    args = bwrap_arguments(bwrap, writable=workdir, hidden=hidden)
+    args += ["--chdir", str(workdir)]
+    args += ["--setenv", "HOME", str(workdir), "--setenv", "TMPDIR", "/tmp"]
+    args += ["--ro-bind", str(launcher_file), inner_launcher]
+    return [*args, "--", sys.executable, inner_launcher, *limit_args, "--", *cmd]
+
+
+def bwrap_arguments(
+    bwrap: str, writable: Path, hidden: list[Path] | tuple[Path, ...] = ()
+) -> list[str]:
+    """The bubblewrap options shared by a kernel's sandbox and a fork server's.
+
+    Read-only system and Python paths, only the toolkit from the project, a private
+    ``/tmp``, no network, and one writable host directory, ``writable``, at its own path.
+    """
+    toolkit_pkg, project_root = _project_paths()
+    if os.geteuid() == 0:
+        # No user namespace as root: see wrap_command. Capabilities are kept until
+        # the process that runs student code drops to the slot's uid.
         args = [
             bwrap,
             "--die-with-parent",
@@ -197,7 +280,6 @@ def wrap_command(
             "--unshare-uts",
             "--unshare-cgroup-try",
         ]
-        limit_args.append(f"--uid={sandbox_uid(slot)}")
     else:
         args = [bwrap, "--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL"]
     made: set[Path] = set()
@@ -222,18 +304,16 @@ def wrap_command(
         args += ["--ro-bind", str(venv), str(venv)]
     for path in hidden:
         path = Path(path).resolve()
-        if path.exists() and not workdir.resolve().is_relative_to(path):
+        if path.exists() and not writable.resolve().is_relative_to(path):
             args += (
                 ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
             )
-    args += _parent_dirs(workdir.resolve(), made)
-    args += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir)]
-    args += ["--setenv", "HOME", str(workdir), "--setenv", "TMPDIR", "/tmp"]
+    args += _parent_dirs(writable.resolve(), made)
+    args += ["--bind", str(writable), str(writable)]
     # The grader's pid means nothing in the sandbox's PID namespace; ipykernel
     # would take the mismatch for a dead parent. --die-with-parent covers that.
     args += ["--unsetenv", "JPY_PARENT_PID"]
-    args += ["--ro-bind", str(launcher_file), inner_launcher]
-    return [*args, "--", sys.executable, inner_launcher, *limit_args, "--", *cmd]
+    return args
 
 
 def _parent_dirs(path: Path, made: set[Path]) -> list[str]:

@@ -58,7 +58,11 @@ def _cases(course):
         "reference": made["reference"],
         "memory-bomb": with_cells(
             "import torch\nblocks = []\nwhile True:\n    blocks.append(torch.ones(2**27))", at=2),
-        "fork-bomb": with_cells("import os\nfor _ in range(12):\n    os.fork()\n", at=2),
+        # Forks until the process limit stops it; every copy then stays alive.
+        "fork-bomb": with_cells(
+            "import os, time\nkernel = os.getpid()\nfor _ in range(12):\n    try:\n"
+            "        os.fork()\n    except OSError:\n        break\n"
+            "if os.getpid() != kernel:\n    time.sleep(120)\n    os._exit(0)\n", at=2),
         "kills-parent": with_cells(
             "import os, signal\ntry:\n    os.kill(os.getppid(), signal.SIGKILL)\n"
             "except OSError as e:\n    print('refused', e)", at=2),

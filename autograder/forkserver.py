@@ -1,0 +1,293 @@
+"""The grader's side of the fork server (see :mod:`autograder.zygote` for the other side).
+
+Each grading worker keeps one zygote per sandbox layout: a process inside the same
+bubblewrap sandbox a kernel would get, with torch, IPython and matplotlib already
+imported. :class:`ForkedKernelProvisioner` plugs it into ``jupyter_client``: where
+the usual provisioner runs ``Popen(kernel_cmd)``, this one asks the zygote for a
+child, and polls, signals and kills that child through the zygote.
+
+The fork server is used when it can give the same isolation as the plain sandbox:
+as root with bubblewrap (the child mounts its own ``/tmp`` before dropping to the
+slot's uid), or without bubblewrap (limits only, as before). A non-root grader with
+bubblewrap, ``AUTOGRADER_FORKSERVER=0``, or a zygote that fails to start all fall
+back to starting each kernel from scratch; grading is slower, nothing else changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from jupyter_client.provisioning import LocalProvisioner
+
+from .sandbox import Limits, bwrap_arguments, bwrap_path, kernel_environment, sandbox_uid
+
+#: Imported once by each zygote: what every kernel would otherwise import itself.
+PRELOAD = (
+    "torch",
+    "numpy",
+    "matplotlib.figure",
+    "ipykernel.kernelapp",
+    "ipykernel.ipkernel",
+    "ipykernel.debugger",
+    "ipywidgets",
+    "toolkit",
+)
+_ZYGOTE_FILE = Path(__file__).resolve().parent / "zygote.py"
+_INNER_ZYGOTE = "/autograder-zygote.py"
+_STAGE = "/.autograder-stage"  # autograder.zygote.STAGE
+
+
+def kernel_start_mode() -> str:
+    """What ``autograder grade`` prints about how kernels start."""
+    if enabled():
+        return "forked from a preloaded template (fork server)"
+    return "started from scratch (fork server off)"
+
+
+class ForkServerError(RuntimeError):
+    """The zygote could not start, or stopped answering."""
+
+
+def enabled() -> bool:
+    if os.environ.get("AUTOGRADER_FORKSERVER", "1") == "0":
+        return False
+    # A non-root grader's bubblewrap drops every capability: the child could not
+    # mount its private /tmp, so it would share one with earlier submissions.
+    return bwrap_path() is None or os.geteuid() == 0
+
+
+class ForkServer:
+    """One zygote process: start it, then ask it for kernels."""
+
+    def __init__(self, slot: int, scratch_root: Path, hidden: tuple[Path, ...]):
+        self.slot, self.scratch_root, self.hidden = slot, Path(scratch_root), tuple(hidden)
+        self.sandboxed = bwrap_path() is not None
+        self._lock = threading.Lock()
+        self._log = tempfile.TemporaryFile()
+        env = kernel_environment(self.scratch_root)
+        # matplotlib's font cache is built once, here, for every child.
+        env["MPLCONFIGDIR"] = str(self.scratch_root / ".zygote-mpl")
+        env["HOME"] = str(self.scratch_root)
+        self.process = subprocess.Popen(
+            self._command(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env=env,
+            cwd=str(self.scratch_root),
+        )
+        ready = self._read_reply(timeout=180)
+        if not ready.get("ready"):
+            self.close()
+            raise ForkServerError(f"the fork server did not start: {ready.get('error')}")
+        self.preloaded = ready.get("preloaded", [])
+
+    def _command(self) -> list[str]:
+        zygote = [sys.executable, str(_ZYGOTE_FILE), *PRELOAD]
+        bwrap = bwrap_path()
+        if bwrap is None:
+            return zygote
+        args = bwrap_arguments(bwrap, writable=self.scratch_root, hidden=self.hidden)
+        args += ["--perms", "0700", "--dir", _STAGE, "--chdir", "/"]
+        args += ["--ro-bind", str(_ZYGOTE_FILE), _INNER_ZYGOTE]
+        return [*args, "--", sys.executable, _INNER_ZYGOTE, *PRELOAD]
+
+    # -- talking to the zygote --------------------------------------------------------
+    def _read_reply(self, timeout: float) -> dict:
+        stdout = self.process.stdout
+        ready, _, _ = select.select([stdout], [], [], timeout)
+        line = stdout.readline() if ready else b""
+        if not line:
+            self._log.seek(0)
+            tail = self._log.read()[-2000:].decode(errors="replace")
+            state = "no answer" if ready or self.process.poll() is not None else "timed out"
+            raise ForkServerError(f"fork server: {state}; its log ends: {tail.strip()}")
+        return json.loads(line)
+
+    def request(self, message: dict, timeout: float = 60) -> dict:
+        with self._lock:
+            if self.process.poll() is not None:
+                raise ForkServerError("the fork server has exited")
+            try:
+                self.process.stdin.write((json.dumps(message) + "\n").encode())
+                self.process.stdin.flush()
+            except OSError as exc:
+                raise ForkServerError(f"the fork server stopped listening: {exc}") from None
+            return self._read_reply(timeout)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def spawn(self, connection_file: Path, workdir: Path, env: dict, limits: Limits):
+        """Fork a kernel for ``workdir`` (which must lie inside ``scratch_root``)."""
+        workdir = Path(workdir).resolve()
+        if not workdir.is_relative_to(self.scratch_root.resolve()):
+            raise ValueError(f"{workdir} is not inside the fork server's {self.scratch_root}")
+        reply = self.request({
+            "op": "spawn",
+            "connection_file": str(connection_file),
+            "workdir": str(workdir),
+            "cover": str(self.scratch_root.resolve()),
+            "env": env,
+            "limits": {
+                "as": limits.address_space,
+                "cpu": limits.cpu_seconds,
+                "nproc": limits.processes,
+                "fsize": limits.file_size,
+                "nofile": limits.open_files,
+            },
+            "uid": sandbox_uid(self.slot),
+            "mounts": self.sandboxed,
+        })
+        if "pid" not in reply:
+            raise ForkServerError(f"the fork server could not start a kernel: {reply.get('error')}")
+        return ForkedKernelProcess(self, reply["pid"])
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.write(b'{"op": "quit"}\n')
+                self.process.stdin.close()
+                self.process.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+
+class ForkedKernelProcess:
+    """What ``LocalProvisioner`` expects of a ``Popen``, for a child of the zygote.
+
+    ``pid`` is the child's pid inside the sandbox's PID namespace: only meaningful to
+    the zygote, which is why every operation goes through it.
+    """
+
+    stdin = stdout = stderr = None
+
+    def __init__(self, server: ForkServer, pid: int):
+        self.server, self.pid = server, pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                self.returncode = self.server.request({"op": "poll", "pid": self.pid})["exit"]
+            except ForkServerError:
+                self.returncode = -9  # the zygote is gone, and its children with it
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("forked kernel", timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            self.server.request({"op": "signal", "pid": self.pid, "signum": int(signum)})
+
+    def kill(self) -> None:
+        self.send_signal(9)
+
+    def terminate(self) -> None:
+        self.send_signal(15)
+
+
+class ForkedKernelProvisioner(LocalProvisioner):
+    """``LocalProvisioner`` whose kernels come from a zygote instead of ``Popen``."""
+
+    fork_server: ForkServer | None = None
+
+    async def launch_kernel(self, cmd: list[str], **kwargs) -> dict:
+        km = self.parent
+        env = {k: v for k, v in kwargs["env"].items() if k != "JPY_PARENT_PID"}
+        # What bubblewrap's --chdir and --setenv give a kernel started from scratch.
+        env.update(PWD=str(kwargs["cwd"]), TMPDIR="/tmp")
+        self.process = self.fork_server.spawn(
+            Path(km.connection_file), Path(kwargs["cwd"]), env, km.limits
+        )
+        self.pid, self.pgid = self.process.pid, None  # signals go through the zygote
+        self.cwd = kwargs.get("cwd")
+        return self.connection_info
+
+    async def wait(self) -> int | None:
+        """As LocalProvisioner's, polling every 10 ms instead of every 100 ms."""
+        if self.process is None:
+            return 0
+        while await self.poll() is None:
+            await asyncio.sleep(0.01)
+        code, self.process = self.process.returncode, None
+        return code
+
+
+# -- one set of zygotes per grading process ------------------------------------------
+_servers: dict[tuple, ForkServer] = {}
+_scratch_root: Path | None = None
+_failures: dict[tuple, str] = {}
+
+
+_registry_lock = threading.Lock()
+
+
+def scratch_root() -> Path:
+    """This process's directory for submission working copies (one per process)."""
+    global _scratch_root
+    with _registry_lock:
+        if _scratch_root is None or not _scratch_root.is_dir():
+            _scratch_root = Path(tempfile.mkdtemp(prefix="autograder-worker-"))
+            os.chmod(_scratch_root, 0o755)
+        return _scratch_root
+
+
+def get(slot: int, hidden: tuple[Path, ...]) -> ForkServer | None:
+    """The zygote for this slot and sandbox layout, started on first use; None if off.
+
+    A zygote that failed to start is not tried again by this process (the reason is in
+    :func:`failure`); one that died is replaced.
+    """
+    if not enabled():
+        return None
+    root = scratch_root()
+    key = (slot, str(root), tuple(str(Path(p).resolve()) for p in hidden))
+    if key in _failures:
+        return None
+    server = _servers.get(key)
+    if server is not None and server.alive():
+        return server
+    if server is not None:
+        server.close()
+    try:
+        server = ForkServer(slot, root, tuple(Path(p) for p in hidden))
+    except (ForkServerError, OSError) as exc:
+        _failures[key] = str(exc)
+        _servers.pop(key, None)
+        return None
+    _servers[key] = server
+    return server
+
+
+def failure() -> str | None:
+    """Why the fork server is off in this process, if it failed to start."""
+    return next(iter(_failures.values()), None)
+
+
+@atexit.register
+def close_all() -> None:
+    for server in _servers.values():
+        server.close()
+    _servers.clear()
+    if _scratch_root is not None:
+        shutil.rmtree(_scratch_root, ignore_errors=True)

@@ -1,0 +1,156 @@
+"""The fork server: kernels forked from a preloaded zygote must be as isolated, and as
+ordinary, as kernels started from scratch, and must share nothing with each other."""
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import forkserver, sandbox
+from autograder.execute import KernelSession
+
+pytestmark = pytest.mark.skipif(not forkserver.enabled(), reason="fork server unavailable here")
+
+
+def _run(cells, *, fork=True, slot=None, limits=None):
+    """Run code cells in a fresh session; return (outputs per cell, events, session)."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    scratch = Path(tempfile.mkdtemp(dir=forkserver.scratch_root()))
+    with sandbox.sandbox_slot() as claimed:
+        session = KernelSession(
+            scratch / "work",
+            slot=claimed if slot is None else slot,
+            cell_timeout=30,
+            limits=limits,
+            use_fork_server=fork,
+        )
+        try:
+            session.run_notebook(nb)
+            forked = session.km.fork_server is not None
+        finally:
+            session.shutdown()
+    texts = ["".join(str(o.get("text", "")) + str(o.get("evalue", "")) for o in c.outputs)
+             for c in nb.cells]
+    return texts, session.events, forked
+
+
+PROBE = """
+import json, os, resource, sys
+status = dict(l.split(':\\t', 1) for l in open('/proc/self/status') if ':\\t' in l)
+print(json.dumps({
+    'uid': os.getuid(), 'cwd': os.getcwd(), 'home': os.path.expanduser('~'),
+    'env': sorted(os.environ), 'path': sys.path,
+    **{name: resource.getrlimit(getattr(resource, 'RLIMIT_' + name.upper()))
+       for name in ('as', 'nproc', 'cpu', 'nofile', 'fsize')},
+    'caps': status['CapEff'].strip(), 'no_new_privs': status['NoNewPrivs'].strip(),
+    'session_leader': os.getsid(0) == os.getpid(),
+    'tmp': sorted(os.listdir('/tmp')), 'siblings': sorted(os.listdir('..')),
+}))
+"""
+
+
+def test_a_forked_kernel_looks_like_one_started_from_scratch():
+    limits = sandbox.Limits(address_space=5 * 2**30)
+    (forked_out,), events, forked = _run([PROBE], limits=limits)
+    (fresh_out,), _, fresh_forked = _run([PROBE], fork=False, limits=limits)
+    assert forked and not fresh_forked and not events
+    forked_view, fresh_view = json.loads(forked_out), json.loads(fresh_out)
+    # A forked kernel leads its own session, so that it can be signalled as a group.
+    assert forked_view.pop("session_leader")
+    fresh_view.pop("session_leader")
+    for view in (forked_view, fresh_view):
+        view["cwd"] = view["home"] = "<workdir>"  # each session has its own
+    assert forked_view == fresh_view
+    assert forked_view["as"] == [5 * 2**30] * 2
+    assert forked_view["no_new_privs"] == "1" and forked_view["siblings"] == ["work"]
+    if os.geteuid() == 0 and sandbox.bwrap_path():
+        assert forked_view["uid"] >= 61000 and forked_view["caps"] == "0000000000000000"
+
+
+LEAVE_TRACES = r"""
+import ctypes, os, time
+open('/tmp/trace', 'w').write('x')
+open('/dev/shm/trace', 'w').write('x')
+libc = ctypes.CDLL(None, use_errno=True)
+segment = libc.shmget(0x5EED, 4096, 0o1666)  # IPC_CREAT | 0666: outlives its process
+print('shm', segment)
+if os.fork() == 0:           # a daemon: double fork, new session, sleeps forever
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(1000)
+    os._exit(0)
+time.sleep(0.2)
+"""
+
+FIND_TRACES = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+print('tmp', os.path.exists('/tmp/trace'), 'devshm', os.path.exists('/dev/shm/trace'),
+      'shm', libc.shmget(0x5EED, 0, 0) != -1)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not sandbox.bwrap_path(), reason="needs root + bwrap")
+def test_nothing_of_one_kernel_reaches_the_next():
+    with sandbox.sandbox_slot() as slot:
+        (first,), _, _ = _run([LEAVE_TRACES], slot=slot)
+        assert "shm -1" not in first  # the segment was made
+        # The daemon escaped the kernel's process tree, yet it is gone with the kernel.
+        assert sandbox._processes_of(sandbox.sandbox_uid(slot)) == {}
+        (second,), _, forked = _run([FIND_TRACES], slot=slot)
+    assert forked
+    assert second.split() == ["tmp", "False", "devshm", "False", "shm", "False"]
+
+
+def test_the_kernel_cannot_signal_the_zygote():
+    (out,), _, forked = _run([
+        "import os, signal\n"
+        "for pid in (os.getppid(), 1):\n"
+        "    try:\n        os.kill(pid, signal.SIGKILL)\n        print('KILLED', pid)\n"
+        "    except OSError as e:\n        print('refused', e.errno)\n"
+    ])
+    assert forked
+    if os.geteuid() == 0 and sandbox.bwrap_path():
+        assert "KILLED" not in out and out.count("refused") == 2
+    (after,), _, _ = _run(["print(6 * 7)"])
+    assert after.strip() == "42"
+
+
+def test_a_dead_zygote_is_replaced():
+    with sandbox.sandbox_slot() as slot:
+        first = forkserver.get(slot, ())
+        first.process.kill()
+        first.process.wait()
+        (out,), events, forked = _run(["print('alive')"], slot=slot)
+        assert forked and out.strip() == "alive" and not events
+        assert forkserver.get(slot, ()) is not first
+
+
+def test_a_kernel_that_dies_is_reported_and_restarted():
+    (_, after), events, forked = _run(["import os\nos._exit(3)", "print('replayed')"])
+    assert forked and after.strip() == "replayed"
+    assert any("stopped the kernel" in e for e in events)
+
+
+def test_workdir_must_lie_in_the_scratch_root():
+    with sandbox.sandbox_slot() as slot:
+        server = forkserver.get(slot, ())
+        with pytest.raises(ValueError, match="not inside"):
+            server.spawn(Path("/nowhere/conn.json"), Path("/nowhere"), {}, sandbox.Limits())
+
+
+def test_switched_off_by_environment(monkeypatch):
+    monkeypatch.setenv("AUTOGRADER_FORKSERVER", "0")
+    assert forkserver.get(0, ()) is None
+    (out,), _, forked = _run(["print('from scratch')"])
+    assert not forked and out.strip() == "from scratch"
+
+
+def test_slots_are_exclusive():
+    with sandbox.sandbox_slot() as a, sandbox.sandbox_slot() as b:
+        assert a != b
+    with sandbox.sandbox_slot() as c:
+        assert c == a  # released, and found again first
