@@ -6,6 +6,8 @@ what was expected, what was found, and a hint where a common mistake fits.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -52,3 +54,31 @@ def assert_equal(actual, expected, *, hint="", name="your result") -> None:
         raise CheckFailure(
             f"{name} is {actual!r}, expected {expected!r}" + (f". Hint: {hint}" if hint else "")
         )
+
+
+def dense_attention(q, k, v, causal=False, scale=None, modulo=False, shift=None):
+    """Plain float64 attention, the reference for tiled and fused kernels.
+
+    Shapes: q (B, H, N_q, d), k (B, H_kv, N_k, d), v (B, H_kv, N_k, d_v), H a multiple
+    of H_kv. Returns (out (B, H, N_q, d_v), lse (B, H, N_q), rowmax (B, H, N_q)); a row
+    with every key masked gives out 0 and lse -inf. Two deliberate mistakes, so a check
+    can recognise them and say what went wrong:
+
+    * ``modulo``: query head h reads KV head h % H_kv (the right map is h // (H / H_kv));
+    * ``shift``: the causal diagonal offset, j <= i + shift; the right one, and the
+      default, is N_k - N_q (aligned bottom-right).
+    """
+    q, k, v = q.double(), k.double(), v.double()
+    g = q.shape[1] // k.shape[1]
+    if modulo:
+        k, v = k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1)
+    else:
+        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = q @ k.transpose(-2, -1) * scale  # S = q k^T / sqrt(d)
+    if causal:
+        n_q, n_k = s.shape[-2:]
+        shift = n_k - n_q if shift is None else shift
+        future = torch.arange(n_k)[None, :] > torch.arange(n_q)[:, None] + shift
+        s = s.masked_fill(future, float("-inf"))
+    return torch.softmax(s, -1).nan_to_num(0.0) @ v, torch.logsumexp(s, -1), s.amax(-1)

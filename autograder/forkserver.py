@@ -261,7 +261,8 @@ def get(slot: int, hidden: tuple[Path, ...]) -> ForkServer | None:
     if not enabled():
         return None
     root = scratch_root()
-    key = (slot, str(root), tuple(str(Path(p).resolve()) for p in hidden))
+    sandboxed = bwrap_path() is not None
+    key = (slot, str(root), sandboxed, tuple(str(Path(p).resolve()) for p in hidden))
     if key in _failures:
         return None
     server = _servers.get(key)

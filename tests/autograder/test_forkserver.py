@@ -63,6 +63,8 @@ def test_a_forked_kernel_looks_like_one_started_from_scratch():
     fresh_view.pop("session_leader")
     for view in (forked_view, fresh_view):
         view["cwd"] = view["home"] = "<workdir>"  # each session has its own
+        if not sandbox.bwrap_path():
+            view.pop("tmp")  # the host's /tmp, which other programs change meanwhile
     assert forked_view == fresh_view
     assert forked_view["as"] == [5 * 2**30] * 2
     assert forked_view["no_new_privs"] == "1" and forked_view["siblings"] == ["work"]
@@ -147,6 +149,16 @@ def test_switched_off_by_environment(monkeypatch):
     assert forkserver.get(0, ()) is None
     (out,), _, forked = _run(["print('from scratch')"])
     assert not forked and out.strip() == "from scratch"
+
+
+def test_without_bubblewrap_limits_still_apply(monkeypatch):
+    monkeypatch.setenv("AUTOGRADER_NO_BWRAP", "1")
+    limits = sandbox.Limits(address_space=3 * 2**30, open_files=100)
+    (out,), events, forked = _run([PROBE], limits=limits)
+    view = json.loads(out)
+    assert forked and not events
+    assert view["as"] == [3 * 2**30] * 2 and view["nofile"] == [100, 100]
+    assert view["uid"] == os.getuid()  # no sandbox uid without bubblewrap
 
 
 def test_slots_are_exclusive():

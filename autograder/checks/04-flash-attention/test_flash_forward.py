@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.checklib import CheckFailure, assert_close, dense_attention, expect_tensor
 from toolkit.flash import flash_attention_backward
 
 pytestmark = pytest.mark.grade_cell("test_flash_forward")
@@ -31,23 +31,6 @@ def _randn(*shape, seed: int, dtype=torch.float64) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 
 
-def _dense(q, k, v, causal=False, scale=None, modulo=False, shift=None):
-    """float64 attention: (out, lse, rowmax). ``modulo``: the wrong head mapping h % H_kv."""
-    q, k, v = q.double(), k.double(), v.double()
-    g = q.shape[1] // k.shape[1]
-    if modulo:
-        k, v = k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1)
-    else:
-        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
-    s = q @ k.transpose(-2, -1) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
-    if causal:
-        N_q, N_k = s.shape[-2:]
-        shift = N_k - N_q if shift is None else shift
-        s = s.masked_fill(torch.arange(N_k)[None, :] > torch.arange(N_q)[:, None] + shift,
-                          float("-inf"))
-    return torch.softmax(s, -1).nan_to_num(0.0) @ v, torch.logsumexp(s, -1), s.amax(-1)
-
-
 def _call(submission, q, k, v, causal=False, block_q=8, block_k=8, **kwargs):
     label = (f"flash_attention_forward(q {tuple(q.shape)}, k {tuple(k.shape)}, causal={causal}, "
              f"block_q={block_q}, block_k={block_k})")
@@ -63,15 +46,15 @@ def _call(submission, q, k, v, causal=False, block_q=8, block_k=8, **kwargs):
 
 
 def _compare(out, lse, label, q, k, v, causal=False, scale=None, check_lse=True):
-    ref_out, ref_lse, rowmax = _dense(q, k, v, causal, scale)
+    ref_out, ref_lse, rowmax = dense_attention(q, k, v, causal, scale)
     if not torch.allclose(out.double(), ref_out, **TOL):
         if k.shape[1] not in (1, q.shape[1]) and torch.allclose(
-                out.double(), _dense(q, k, v, causal, scale, modulo=True)[0], atol=1e-8):
+                out.double(), dense_attention(q, k, v, causal, scale, modulo=True)[0], atol=1e-8):
             raise CheckFailure(f"{label}: query head h reads KV head h % H_kv. GQA groups "
                                "consecutive query heads: head h reads KV head h // (H / H_kv); "
                                "reshape q to (B, H_kv, g, N_q, d)")
         if causal and q.shape[2] != k.shape[2] and torch.allclose(
-                out.double(), _dense(q, k, v, causal, scale, shift=0)[0], atol=1e-8):
+                out.double(), dense_attention(q, k, v, causal, scale, shift=0)[0], atol=1e-8):
             raise CheckFailure(f"{label}: the causal mask is aligned top-left (j <= i). With "
                                "N_q != N_k it is aligned bottom-right: j <= i + (N_k - N_q)")
         assert_close(out, ref_out, **TOL, name=f"out of {label}",
@@ -170,7 +153,7 @@ def test_custom_scale_and_float32(submission):
     if out.dtype != torch.float32 or lse.dtype != torch.float32:
         raise CheckFailure(f"{label}: float32 inputs should give float32 out and lse, got "
                            f"{out.dtype} and {lse.dtype}")
-    ref_out, ref_lse, _ = _dense(q, k, v, scale=0.3)
+    ref_out, ref_lse, _ = dense_attention(q, k, v, scale=0.3)
     assert_close(out, ref_out.float(), atol=1e-5, rtol=1e-5, name=f"out of {label}, scale=0.3",
                  hint="multiply the scores by `scale` when it is given")
     assert_close(lse, ref_lse.float(), atol=1e-5, rtol=1e-5, name=f"lse of {label}, scale=0.3")

@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.checklib import CheckFailure, assert_close, dense_attention, expect_tensor
 
 pytestmark = pytest.mark.grade_cell("test_triton_kernel")
 
@@ -42,23 +42,6 @@ def _randn(*shape, seed: int, dtype=torch.float32) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
 
-def _dense(q, k, v, causal=False, scale=None, modulo=False, shift=None):
-    """float64 attention: (out, lse, rowmax). ``modulo``: the wrong head mapping h % H_kv."""
-    q, k, v = q.double(), k.double(), v.double()
-    g = q.shape[1] // k.shape[1]
-    if modulo:
-        k, v = k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1)
-    else:
-        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
-    s = q @ k.transpose(-2, -1) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
-    if causal:
-        N_q, N_k = s.shape[-2:]
-        shift = N_k - N_q if shift is None else shift
-        s = s.masked_fill(torch.arange(N_k)[None, :] > torch.arange(N_q)[:, None] + shift,
-                          float("-inf"))
-    return torch.softmax(s, -1).nan_to_num(0.0) @ v, torch.logsumexp(s, -1), s.amax(-1)
-
-
 def _launch(submission, q, k, v, causal=False, block_m=16, block_n=16, scale=None):
     label = (f"flash_attention_triton(q {tuple(q.shape)}, k {tuple(k.shape)}, causal={causal}, "
              f"block_m={block_m}, block_n={block_n}"
@@ -77,16 +60,16 @@ def _launch(submission, q, k, v, causal=False, block_m=16, block_n=16, scale=Non
 
 
 def _compare_out(out, label, q, k, v, causal=False, scale=None, tol=TOL):
-    ref = _dense(q, k, v, causal, scale)[0]
+    ref = dense_attention(q, k, v, causal, scale)[0]
     if torch.allclose(out.double(), ref, **tol):
         return
     if k.shape[1] not in (1, q.shape[1]) and torch.allclose(
-            out.double(), _dense(q, k, v, causal, scale, modulo=True)[0], **tol):
+            out.double(), dense_attention(q, k, v, causal, scale, modulo=True)[0], **tol):
         raise CheckFailure(f"{label}: query head h reads KV head h % n_kv_heads. Consecutive query "
                            "heads share a KV head: kv_h = h // (n_heads // n_kv_heads)")
     if causal:
         shift = k.shape[2] - q.shape[2]
-        strict = _dense(q, k, v, causal, scale, shift=shift - 1)[0]
+        strict = dense_attention(q, k, v, causal, scale, shift=shift - 1)[0]
         if torch.allclose(out.double(), strict, **tol):
             raise CheckFailure(f"{label}: your causal mask hides each query's own position "
                                "(j < i): a query sees keys j <= i + shift, itself included")
@@ -95,7 +78,7 @@ def _compare_out(out, label, q, k, v, causal=False, scale=None, tol=TOL):
 
 
 def _compare_lse(lse, label, q, k, v, causal=False, scale=None):
-    _, ref, rowmax = _dense(q, k, v, causal, scale)
+    _, ref, rowmax = dense_attention(q, k, v, causal, scale)
     lse = lse.double()
     finite = torch.isfinite(ref)
     if not torch.equal(torch.isneginf(lse), ~finite):
