@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import json
+import logging
 import os
 import select
 import shutil
@@ -30,7 +31,14 @@ from pathlib import Path
 
 from jupyter_client.provisioning import LocalProvisioner
 
-from .sandbox import Limits, bwrap_arguments, bwrap_path, kernel_environment, sandbox_uid
+from .sandbox import (
+    Limits,
+    bwrap_arguments,
+    bwrap_path,
+    kernel_environment,
+    sandbox_uid,
+    visible_paths,
+)
 
 #: Imported once by each zygote: what every kernel would otherwise import itself.
 PRELOAD = (
@@ -46,6 +54,8 @@ PRELOAD = (
 _ZYGOTE_FILE = Path(__file__).resolve().parent / "zygote.py"
 _INNER_ZYGOTE = "/autograder-zygote.py"
 _STAGE = "/.autograder-stage"  # autograder.zygote.STAGE
+_OLD_TMP = "/.autograder-old-tmp"  # autograder.zygote.OLD_TMP
+log = logging.getLogger(__name__)
 
 
 def kernel_start_mode() -> str:
@@ -87,7 +97,11 @@ class ForkServer:
             env=env,
             cwd=str(self.scratch_root),
         )
-        ready = self._read_reply(timeout=180)
+        try:
+            ready = self._read_reply(timeout=180)
+        except ForkServerError:
+            self.close()
+            raise
         if not ready.get("ready"):
             self.close()
             raise ForkServerError(f"the fork server did not start: {ready.get('error')}")
@@ -99,7 +113,8 @@ class ForkServer:
         if bwrap is None:
             return zygote
         args = bwrap_arguments(bwrap, writable=self.scratch_root, hidden=self.hidden)
-        args += ["--perms", "0700", "--dir", _STAGE, "--chdir", "/"]
+        args += ["--perms", "0700", "--dir", _STAGE, "--perms", "0700", "--dir", _OLD_TMP]
+        args += ["--chdir", "/"]
         args += ["--ro-bind", str(_ZYGOTE_FILE), _INNER_ZYGOTE]
         return [*args, "--", sys.executable, _INNER_ZYGOTE, *PRELOAD]
 
@@ -149,6 +164,7 @@ class ForkServer:
             },
             "uid": sandbox_uid(self.slot),
             "mounts": self.sandboxed,
+            "keep": [[str(p), ro] for p, ro in visible_paths() if p.is_relative_to("/tmp")],
         })
         if "pid" not in reply:
             raise ForkServerError(f"the fork server could not start a kernel: {reply.get('error')}")
@@ -236,9 +252,7 @@ class ForkedKernelProvisioner(LocalProvisioner):
 # -- one set of zygotes per grading process ------------------------------------------
 _servers: dict[tuple, ForkServer] = {}
 _scratch_root: Path | None = None
-_failures: dict[tuple, str] = {}
-
-
+_failures: set[tuple] = set()
 _registry_lock = threading.Lock()
 
 
@@ -255,8 +269,8 @@ def scratch_root() -> Path:
 def get(slot: int, hidden: tuple[Path, ...]) -> ForkServer | None:
     """The zygote for this slot and sandbox layout, started on first use; None if off.
 
-    A zygote that failed to start is not tried again by this process (the reason is in
-    :func:`failure`); one that died is replaced.
+    A zygote that failed to start is not tried again by this process (the reason is
+    logged); one that died is replaced.
     """
     if not enabled():
         return None
@@ -273,16 +287,12 @@ def get(slot: int, hidden: tuple[Path, ...]) -> ForkServer | None:
     try:
         server = ForkServer(slot, root, tuple(Path(p) for p in hidden))
     except (ForkServerError, OSError) as exc:
-        _failures[key] = str(exc)
+        log.warning("no fork server, kernels start from scratch: %s", exc)
+        _failures.add(key)
         _servers.pop(key, None)
         return None
     _servers[key] = server
     return server
-
-
-def failure() -> str | None:
-    """Why the fork server is off in this process, if it failed to start."""
-    return next(iter(_failures.values()), None)
 
 
 @atexit.register

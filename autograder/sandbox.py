@@ -104,6 +104,17 @@ def _readonly_roots() -> list[Path]:
     return unique
 
 
+def visible_paths() -> list[tuple[Path, bool]]:
+    """``(path, read_only)`` for what the sandbox shows of the host besides the
+    submission's own directory: system and Python paths, the toolkit, the virtualenv."""
+    toolkit_pkg, project_root = _project_paths()
+    paths = [*_readonly_roots(), toolkit_pkg]
+    venv = Path(sys.prefix).resolve()
+    if venv.is_relative_to(project_root):
+        paths.append(venv)
+    return [(path, True) for path in dict.fromkeys(paths)]
+
+
 def sandbox_uid(slot: int) -> int | None:
     """The unprivileged uid a sandbox slot runs as, or None when the kernel keeps ours."""
     if os.geteuid() == 0 and bwrap_path() is not None:

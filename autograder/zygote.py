@@ -32,6 +32,7 @@ Run as ``python zygote.py MODULE ...`` (the modules to import up front). Like
 sandbox only this file is visible.
 """
 
+import contextlib
 import ctypes
 import importlib
 import json
@@ -44,11 +45,15 @@ import traceback
 # Linux constants (sched.h, sys/mount.h, sys/prctl.h).
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
-MS_NOSUID, MS_NODEV, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 2, 4, 4096, 8192, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 1, 2, 4, 32
+MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 4096, 8192, 16384, 1 << 18
+MNT_DETACH = 2
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
 
 #: Where the child parks its working directory while it replaces /tmp (see _isolate).
 STAGE = "/.autograder-stage"
+#: Where the sandbox's own /tmp is kept in view while its contents are re-bound.
+OLD_TMP = "/.autograder-old-tmp"
 
 _RLIMITS = {
     "as": resource.RLIMIT_AS,
@@ -73,18 +78,30 @@ def _mount(source, target, fstype, flags, data=None):
                ctypes.c_ulong(flags), encode(data))
 
 
-def _isolate(workdir: str, cover: str) -> None:
+def _isolate(workdir: str, cover: str, keep: list) -> None:
     """Private /tmp, /dev/shm and IPC; only ``workdir`` visible under ``cover``.
 
     ``cover`` is the worker's scratch directory, which holds this workdir (and held
     earlier ones). The workdir is bind-mounted aside, a tmpfs goes over /tmp and over
     ``cover``, and the workdir is moved back to its own path, so host paths the grader
     uses (the connection file, the exchange folder) mean the same thing inside.
+    ``keep`` lists ``[path, read_only]`` for what the sandbox showed under /tmp and the
+    kernel still needs (a project checked out in /tmp: its toolkit and virtualenv);
+    they are bound again on the new /tmp.
     """
     _libc_call("unshare", CLONE_NEWNS | CLONE_NEWIPC)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount(workdir, STAGE, None, MS_BIND | MS_REC)
+    if keep:
+        _mount("/tmp", OLD_TMP, None, MS_BIND | MS_REC)
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    for path, read_only in keep:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        _mount(OLD_TMP + path[len("/tmp"):], path, None, MS_BIND | MS_REC)
+        if read_only:
+            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+    if keep:
+        _libc_call("umount2", OLD_TMP.encode(), MNT_DETACH)
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
     os.makedirs(cover, mode=0o755, exist_ok=True)
@@ -133,10 +150,12 @@ def _become_kernel(request: dict, report_fd: int, set_by_imports: dict) -> None:
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
         # The zygote's pipes must not reach student code: it could answer for us.
-        os.closerange(3, report_fd)
-        os.closerange(report_fd + 1, 65536)
+        for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
+            if fd > 2 and fd != report_fd:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         if request.get("mounts"):
-            _isolate(request["workdir"], request["cover"])
+            _isolate(request["workdir"], request["cover"], request.get("keep", []))
         os.chdir(request["workdir"])
         os.environ.clear()
         # What the preloaded modules set when imported, as they would have in the kernel.

@@ -121,6 +121,20 @@ def test_the_kernel_cannot_signal_the_zygote():
     assert after.strip() == "42"
 
 
+def test_the_kernel_holds_none_of_the_zygotes_pipes():
+    """A kernel that could write to the zygote's stdout could answer in its name."""
+    with sandbox.sandbox_slot() as slot:
+        server = forkserver.get(slot, ())
+        pipes = {os.readlink(f"/proc/{server.process.pid}/fd/{fd}") for fd in (0, 1)}
+        assert all(p.startswith("pipe:") for p in pipes)
+        (out,), _, forked = _run([
+            "import os\nfor fd in os.listdir('/proc/self/fd'):\n    try:\n"
+            "        print(os.readlink('/proc/self/fd/' + fd))\n    except OSError:\n"
+            "        pass\n"], slot=slot)
+    assert forked and ("pipe:" in out or "socket:" in out)  # it did list its descriptors
+    assert not pipes & set(out.split())
+
+
 def test_a_dead_zygote_is_replaced():
     with sandbox.sandbox_slot() as slot:
         first = forkserver.get(slot, ())
