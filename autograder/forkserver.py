@@ -83,6 +83,8 @@ class ForkServer:
     def __init__(self, slot: int, scratch_root: Path, hidden: tuple[Path, ...]):
         self.slot, self.scratch_root, self.hidden = slot, Path(scratch_root), tuple(hidden)
         self.sandboxed = bwrap_path() is not None
+        # What the sandbox shows under /tmp, which a child's fresh /tmp must show again.
+        self._keep = [[str(p), ro] for p, ro in visible_paths() if p.is_relative_to("/tmp")]
         self._lock = threading.Lock()
         self._log = tempfile.TemporaryFile()
         env = kernel_environment(self.scratch_root)
@@ -164,7 +166,7 @@ class ForkServer:
             },
             "uid": sandbox_uid(self.slot),
             "mounts": self.sandboxed,
-            "keep": [[str(p), ro] for p, ro in visible_paths() if p.is_relative_to("/tmp")],
+            "keep": self._keep,
         })
         if "pid" not in reply:
             raise ForkServerError(f"the fork server could not start a kernel: {reply.get('error')}")
