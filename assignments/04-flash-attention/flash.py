@@ -58,11 +58,12 @@ try:
     import triton
     import triton.language as tl
 except ImportError:  # Triton ships for Linux only: parts 1 and 2 still work without it
-    from toolkit.kernels.flash_triton import tl, triton  # stand-ins: define kernels, never run
+    from toolkit.kernels.runtime import tl, triton  # stand-ins: define kernels, never run
 
 # Given helpers: input checks, the causal mask of one tile, and the launch checks of part 3.
 from toolkit.flash import NEG_INF, PeakMemoryCounter, _causal_tile_mask, _check_inputs
-from toolkit.kernels.flash_triton import LOG2E, check_kernel_launch
+from toolkit.kernels.flash_teaching import check_kernel_launch
+from toolkit.kernels.runtime import LOG2E
 from toolkit.widgets.efficient import attention_memory_explorer, online_softmax_stepper
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from toolkit.generate import (
-    _beam_search_one,
     apply_temperature,
     beam_search,
     filter_logits,
@@ -19,6 +18,7 @@ from toolkit.generate import (
     top_k_filter,
     top_p_filter,
 )
+from toolkit.generate.decoding import _beam_search_one
 from toolkit.models import GPT, GPTConfig
 
 

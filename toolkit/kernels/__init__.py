@@ -1,9 +1,10 @@
 """GPU kernels written in Triton (https://triton-lang.org).
 
+* :mod:`toolkit.kernels.runtime`: is Triton installed, compiled or interpreted;
 * :mod:`toolkit.kernels.flash_triton`: FlashAttention forward with causal masking
-  and grouped-query attention, :func:`triton_flash_attention` (strided, tuned), and
-  the student-sized version of Assignment 04, :func:`flash_attention_triton` with its
-  kernel :func:`flash_attention_kernel`.
+  and grouped-query attention, :func:`triton_flash_attention` (strided, tuned);
+* :mod:`toolkit.kernels.flash_teaching`: the student-sized version of Assignment 04,
+  :func:`flash_attention_triton` with its kernel :func:`flash_attention_kernel`.
 
 Without a GPU the kernels run in Triton's interpreter, which must be switched on
 before ``triton`` is first imported, by anything: Triton decides between interpreter
@@ -20,16 +21,17 @@ fp16 on small shapes, slow on big ones, and wrong (silently) for bf16 ``tl.dot``
 which the wrapper therefore refuses.
 """
 
-from toolkit.kernels.flash_triton import (
-    HAS_TRITON,
+from toolkit.kernels.flash_teaching import (
+    check_kernel_launch,
     flash_attention_kernel,
     flash_attention_triton,
-    interpreter_active,
-    triton_flash_attention,
 )
+from toolkit.kernels.flash_triton import interpreter_active, triton_flash_attention
+from toolkit.kernels.runtime import HAS_TRITON
 
 __all__ = [
     "HAS_TRITON",
+    "check_kernel_launch",
     "flash_attention_kernel",
     "flash_attention_triton",
     "interpreter_active",

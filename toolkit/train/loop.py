@@ -1,6 +1,4 @@
-"""Training the capstone model: AdamW, warm-up + cosine decay, clipping, checkpoints.
-
-The loop is the standard recipe of GPT-style pre-training, at toy scale:
+"""The training loop: AdamW, warm-up + cosine decay, clipping, held-out evaluation.
 
 * **Objective**: mean next-token cross-entropy ``-log p(x_(t+1) | x_<=t)`` over
   random windows of the training stream (:func:`toolkit.data.get_batch`). A
@@ -24,34 +22,19 @@ The loop is the standard recipe of GPT-style pre-training, at toy scale:
   ``c / ||g||``; one bad batch then cannot throw the weights far.
 * **Held-out evaluation**: every ``eval_every`` steps, the mean loss over a fixed
   set of validation windows (same windows each time, so the curve is comparable).
-
-Checkpoints are safetensors files (no pickle, so loading runs no code). The
-config goes into the file's string metadata as JSON. safetensors refuses tensors
-that share memory, so a tied ``lm_head.weight`` (the same tensor as
-``wte.weight``) is stored once and re-tied on load by building the model.
-
-Command line::
-
-    python -m toolkit.train --recipe modern --steps 200 --corpus FILE --out ckpt.safetensors
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from toolkit.data import get_batch
-from toolkit.models import GPT, GPTConfig
 
 
 @dataclass
@@ -260,108 +243,3 @@ def train(
     history.elapsed_s += time.perf_counter() - start
     model.eval()
     return history
-
-
-def save_checkpoint(model: GPT, config: GPTConfig, path: str | Path) -> None:
-    """Save weights and config to a safetensors file.
-
-    A tied ``lm_head.weight`` is left out (it is ``wte.weight``); the metadata
-    records ``tied_lm_head`` so :func:`load_checkpoint` knows.
-    """
-    if not isinstance(config, GPTConfig):
-        raise ValueError(f"config must be a GPTConfig, got {type(config).__name__}")
-    tied = model.lm_head.weight is model.wte.weight
-    state = {
-        name: t.detach().contiguous().cpu()
-        for name, t in model.state_dict().items()
-        if not (tied and name == "lm_head.weight")
-    }
-    metadata = {
-        "format": "pt",
-        "gpt_config": json.dumps(config.to_dict()),
-        "tied_lm_head": str(tied),
-    }
-    save_file(state, str(path), metadata=metadata)
-
-
-def load_checkpoint(path: str | Path, device: str = "cpu") -> GPT:
-    """Rebuild a :class:`GPT` from :func:`save_checkpoint`'s file (in eval mode).
-
-    Building the model from the stored config re-ties ``lm_head.weight`` to
-    ``wte.weight``; loading ``wte.weight`` then fills both.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"path: no checkpoint at {path}")
-    with safe_open(str(path), framework="pt", device=device) as f:
-        metadata = f.metadata() or {}
-        if "gpt_config" not in metadata:
-            raise ValueError(f"path: {path} has no 'gpt_config' metadata; not a toolkit checkpoint")
-        state = {name: f.get_tensor(name) for name in f.keys()}
-    config = GPTConfig.from_dict(json.loads(metadata["gpt_config"]))
-    model = GPT(config).to(device)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    allowed_missing = {"lm_head.weight"} if config.tie_weights else set()
-    if unexpected or set(missing) - allowed_missing:
-        raise ValueError(f"path: checkpoint does not match its config (missing {missing}, "
-                         f"unexpected {unexpected})")
-    return model.eval()
-
-
-def main(argv: list[str] | None = None) -> TrainHistory:
-    """Command-line entry point: ``python -m toolkit.train --help``."""
-    from toolkit.data import ByteTokenizer, load_corpus
-    from toolkit.generate import generate
-
-    parser = argparse.ArgumentParser(description="Train the capstone mini-GPT on a text file.")
-    parser.add_argument("--recipe", choices=("classic", "modern"), default="modern")
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--corpus", default=None, help="UTF-8 text file (default: stdlib corpus)")
-    parser.add_argument("--out", default=None, help="checkpoint path (.safetensors)")
-    parser.add_argument("--d-model", type=int, default=128)
-    parser.add_argument("--n-layer", type=int, default=4)
-    parser.add_argument("--n-head", type=int, default=4)
-    parser.add_argument("--n-kv-head", type=int, default=None)
-    parser.add_argument("--block-size", type=int, default=128)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--eval-every", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sample", type=int, default=200, help="tokens to sample after training")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
-    parser.add_argument("--no-progress", action="store_true")
-    args = parser.parse_args(argv)
-
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    corpus = load_corpus(args.corpus, tokenizer="byte")
-    build = GPTConfig.classic if args.recipe == "classic" else GPTConfig.modern
-    kwargs = {} if args.n_kv_head is None else {"n_kv_head": args.n_kv_head}
-    config = build(
-        vocab_size=ByteTokenizer.vocab_size, d_model=args.d_model, n_layer=args.n_layer,
-        n_head=args.n_head, max_seq_len=max(args.block_size, args.sample + 1), **kwargs,
-    )
-    model = GPT(config)
-    cfg = TrainConfig(
-        max_steps=args.steps, batch_size=args.batch_size, block_size=args.block_size,
-        max_lr=args.lr, eval_every=args.eval_every, seed=args.seed,
-        progress=not args.no_progress,
-    )
-    history = train(model, corpus.train, corpus.val, cfg)
-    print(f"recipe={args.recipe} corpus={corpus.source} steps={args.steps} "
-          f"train_loss={history.train_loss[-1]:.3f} val_loss={history.val_loss[-1]:.3f} "
-          f"tokens/s={history.tokens_per_s:.0f}")
-    if args.out:
-        save_checkpoint(model, config, args.out)
-        print(f"saved {args.out}")
-    if args.sample > 0:
-        prompt = torch.tensor([corpus.tokenizer.encode("\n")])
-        out = generate(model, prompt, args.sample, temperature=0.8, top_k=40,
-                       generator=torch.Generator().manual_seed(args.seed))
-        print(corpus.tokenizer.decode(out[0, 1:]))
-    return history
-
-
-if __name__ == "__main__":
-    main()

@@ -1,104 +1,26 @@
-"""Attention masks: which keys each query is allowed to see.
+"""Sparse attention patterns: fewer cells than the dense ``T x T``.
 
-A mask is a boolean tensor broadcastable to the score matrix ``(..., T_q, T_k)``
-with ``True`` meaning *may attend*, the convention of
-``torch.nn.functional.scaled_dot_product_attention``. Masks combine with logical
-AND: a key is visible only if every mask allows it.
+Dense attention lets every query see every key: T^2 cells. Sparse patterns keep
+only some cells so the cost grows like T * (keys per query) instead of T^2.
 
-The three shapes of mask in the course:
+* sliding window (Longformer arXiv 2004.05150, Mistral arXiv 2310.06825): each
+  query sees a fixed number of recent keys. Stacking layers widens what a token
+  can "hear" about, like the receptive field of stacked convolutions.
+* dilated window (Longformer): the window skips keys at a fixed stride, covering a
+  longer span with the same number of cells.
+* global tokens (Longformer, BigBird arXiv 2007.14062): a few positions (e.g.
+  [CLS]) attend to everything and everything attends to them.
+* random blocks (BigBird): each block of queries also sees a few randomly chosen
+  blocks of keys, which keeps the graph's diameter small.
 
-* **bidirectional** (encoders, BERT): every query sees every key, so no mask.
-* **causal** (decoders, GPT): query ``i`` sees keys ``j <= i``; nothing from the
-  future leaks into the past.
-* **key padding** (batches of different lengths): padded keys are invisible to
-  every query. Shape ``(B, 1, 1, T_k)`` so it broadcasts over heads and queries.
+These functions return dense ``(n, n)`` boolean masks: the point is to *see* and
+*count* the pattern. Real sparse kernels never build the dense mask.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
-
-
-def causal_mask(
-    n_queries: int, n_keys: int | None = None, *, offset: int = 0, device=None
-) -> Tensor:
-    """Lower-triangular mask: query ``i`` may attend to key ``j`` iff ``j <= i + offset``.
-
-    ``offset`` is the absolute position of the first query. With a KV cache that
-    already holds ``P`` tokens, the new queries sit at positions ``P, P+1, ...``,
-    so pass ``offset=P`` and ``n_keys=P + n_queries``.
-
-    Returns:
-        bool tensor of shape ``(n_queries, n_keys)``.
-    """
-    n_keys = n_queries + offset if n_keys is None else n_keys
-    i = torch.arange(n_queries, device=device).unsqueeze(1)  # (T_q, 1)
-    j = torch.arange(n_keys, device=device).unsqueeze(0)  # (1, T_k)
-    return j <= i + offset
-
-
-def padding_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
-    """Key-padding mask from sequence lengths.
-
-    Args:
-        lengths: ``(B,)`` integer tensor, the number of real tokens per sequence
-            (real tokens first, padding after).
-        max_len: padded length ``T_k`` (default: ``lengths.max()``).
-
-    Returns:
-        bool tensor ``(B, 1, 1, T_k)``; ``True`` marks a real token.
-    """
-    max_len = int(lengths.max()) if max_len is None else max_len
-    positions = torch.arange(max_len, device=lengths.device)
-    keep = positions.unsqueeze(0) < lengths.unsqueeze(1)  # (B, T_k)
-    return keep[:, None, None, :]
-
-
-def padding_mask_from_attention_mask(attention_mask: Tensor) -> Tensor:
-    """Hugging Face style ``attention_mask`` ``(B, T)`` of 1/0 to a ``(B, 1, 1, T)`` bool mask."""
-    return attention_mask.bool()[:, None, None, :]
-
-
-def combine_masks(*masks: Tensor | None) -> Tensor | None:
-    """Logical AND of any number of broadcastable boolean masks (``None`` is ignored).
-
-    Example: a causal mask ``(T, T)`` combined with a padding mask ``(B, 1, 1, T)``
-    gives ``(B, 1, T, T)``: causal *and* not padding.
-    """
-    result = None
-    for m in masks:
-        if m is None:
-            continue
-        result = m if result is None else (result & m)
-    return result
-
-
-def mask_to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-    """Boolean mask to an additive bias: 0 where allowed, ``-inf`` where blocked."""
-    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
-    return bias.masked_fill(~mask, float("-inf"))
-
-
-# ---------------------------------------------------------------------------
-# Sparse attention patterns (SYLLABUS section 3)
-# ---------------------------------------------------------------------------
-#
-# Dense attention lets every query see every key: T^2 cells. Sparse patterns keep
-# only some cells so the cost grows like T * (keys per query) instead of T^2.
-#
-# * sliding window (Longformer arXiv 2004.05150, Mistral arXiv 2310.06825): each
-#   query sees a fixed number of recent keys. Stacking layers widens what a token
-#   can "hear" about, like the receptive field of stacked convolutions.
-# * dilated window (Longformer): the window skips keys at a fixed stride, covering a
-#   longer span with the same number of cells.
-# * global tokens (Longformer, BigBird arXiv 2007.14062): a few positions (e.g.
-#   [CLS]) attend to everything and everything attends to them.
-# * random blocks (BigBird): each block of queries also sees a few randomly chosen
-#   blocks of keys, which keeps the graph's diameter small.
-#
-# These functions return dense ``(n, n)`` boolean masks: the point is to *see* and
-# *count* the pattern. Real sparse kernels never build the dense mask.
 
 
 def _check_positive_int(value, name: str, minimum: int = 1) -> int:
