@@ -49,6 +49,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from toolkit.arguments import check_int
+
 
 def gelu_exact(x: Tensor) -> Tensor:
     """``GELU(x) = x * Phi(x)`` with the standard normal CDF ``Phi``.
@@ -84,11 +86,6 @@ def _activation(name: str) -> Callable[[Tensor], Tensor]:
     return ACTIVATIONS[name]
 
 
-def _check_positive(name: str, value: int) -> None:
-    if not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
 def swiglu_hidden_dim(d_model: int, multiple_of: int = 256) -> int:
     """Hidden size of a gated FFN with the parameters of a 4d-hidden classic FFN.
 
@@ -100,8 +97,8 @@ def swiglu_hidden_dim(d_model: int, multiple_of: int = 256) -> int:
     >>> swiglu_hidden_dim(4096, multiple_of=1)
     10922
     """
-    _check_positive("d_model", d_model)
-    _check_positive("multiple_of", multiple_of)
+    check_int("d_model", d_model)
+    check_int("multiple_of", multiple_of)
     hidden = int(2 * (4 * d_model) / 3)  # 8d/3: the parameter-parity hidden size
     return multiple_of * math.ceil(hidden / multiple_of)  # round up to a multiple
 
@@ -129,9 +126,9 @@ class FeedForward(nn.Module):
         dropout: float = 0.0,
     ):
         super().__init__()
-        _check_positive("d_model", d_model)
+        check_int("d_model", d_model)
         d_hidden = 4 * d_model if d_hidden is None else d_hidden
-        _check_positive("d_hidden", d_hidden)
+        check_int("d_hidden", d_hidden)
         self.act = _activation(activation)
         self.activation = activation
         self.fc1 = nn.Linear(d_model, d_hidden, bias=bias)  # W1, b1: d -> 4d
@@ -169,9 +166,9 @@ class GatedFeedForward(nn.Module):
         dropout: float = 0.0,
     ):
         super().__init__()
-        _check_positive("d_model", d_model)
+        check_int("d_model", d_model)
         d_hidden = swiglu_hidden_dim(d_model, multiple_of) if d_hidden is None else d_hidden
-        _check_positive("d_hidden", d_hidden)
+        check_int("d_hidden", d_hidden)
         self.activation = self.default_activation if activation is None else activation
         self.act = _activation(self.activation)
         self.d_hidden = d_hidden

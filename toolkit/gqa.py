@@ -31,26 +31,17 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from toolkit.arguments import check_kv_heads
 from toolkit.attention import scaled_dot_product_attention
 from toolkit.masks import causal_mask, combine_masks
 
 
 def kv_head_for_query_head(h: int, n_heads: int, n_kv_heads: int) -> int:
     """The KV head read by query head ``h``: ``h // (n_heads / n_kv_heads)``."""
-    _check_heads(n_heads, n_kv_heads)
+    check_kv_heads(n_heads, n_kv_heads)
     if not 0 <= h < n_heads:
         raise ValueError(f"h must be in [0, {n_heads}), got {h}")
     return h // (n_heads // n_kv_heads)  # group size g = n_heads / n_kv_heads
-
-
-def _check_heads(n_heads: int, n_kv_heads: int) -> None:
-    if n_kv_heads < 1 or n_heads < 1:
-        raise ValueError(f"n_heads and n_kv_heads must be >= 1, got {n_heads}, {n_kv_heads}")
-    if n_heads % n_kv_heads != 0:
-        raise ValueError(
-            f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads} "
-            "(each KV head serves a whole group of query heads)"
-        )
 
 
 def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
@@ -87,7 +78,7 @@ def grouped_attention(
     """
     B, H, T_q, d = q.shape
     H_kv = k.shape[1]
-    _check_heads(H, H_kv)
+    check_kv_heads(H, H_kv)
     g = H // H_kv
     qg = q.reshape(B, H_kv, g, T_q, d)  # head h = kv * g + r sits at [kv, r]
     kg, vg = k.unsqueeze(2), v.unsqueeze(2)  # (B, H_kv, 1, T_k, .) broadcasts over the group
@@ -198,7 +189,7 @@ class GroupedQueryAttention(nn.Module):
         super().__init__()
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
-        _check_heads(n_heads, n_kv_heads)
+        check_kv_heads(n_heads, n_kv_heads)
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.d_head = d_model // n_heads
         self.n_rep = n_heads // n_kv_heads  # group size g

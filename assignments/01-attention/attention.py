@@ -60,12 +60,8 @@ from torch import Tensor, nn
 
 # Pieces that are not exercises here: the position-wise feed-forward network (section 4
 # of the course) and the input checks the blocks use. Everything else you write yourself.
-from toolkit.transformer import (
-    PositionwiseFeedForward,
-    _check_block_args,
-    _check_mask,
-    _check_sequence,
-)
+from toolkit.arguments import check_block_args, check_bool_mask, check_sequence
+from toolkit.transformer import PositionwiseFeedForward
 from toolkit.widgets.attention import attention_explorer, families_explorer, permutation_demo
 
 _ = torch.manual_seed(0)  # reproducible examples
@@ -741,7 +737,7 @@ class DecoderBlock(nn.Module):
         layer_norm_eps: float = 1e-5,
     ):
         super().__init__()
-        _check_block_args(d_model, n_heads, d_ff, dropout, activation)
+        check_block_args(d_model, n_heads, d_ff, dropout, activation)
         self.d_model = d_model
         self.norm_first = norm_first
         ### BEGIN SOLUTION
@@ -777,14 +773,14 @@ class DecoderBlock(nn.Module):
         Returns:
             ``(B, T_tgt, d_model)``.
         """
-        _check_sequence("x", x, self.d_model)
-        _check_sequence("memory", memory, self.d_model)
+        check_sequence("x", x, self.d_model)
+        check_sequence("memory", memory, self.d_model)
         if memory.size(0) != x.size(0):
             raise ValueError(
                 f"memory batch size {memory.size(0)} must equal x batch size {x.size(0)}"
             )
-        _check_mask("self_mask", self_mask)
-        _check_mask("memory_mask", memory_mask)
+        check_bool_mask("self_mask", self_mask)
+        check_bool_mask("memory_mask", memory_mask)
         ### BEGIN SOLUTION
         if causal:
             self_mask = combine_masks(causal_mask(x.size(1), device=x.device), self_mask)

@@ -50,10 +50,10 @@ from torch import Tensor, nn
 
 # From earlier assignments and the toolkit: attention itself (Assignment 01), masks,
 # RoPE (Assignment 02), input checks, and the cache class MLA uses.
+from toolkit.arguments import check_int, check_kv_heads, check_qkv
 from toolkit.attention import scaled_dot_product_attention
-from toolkit.gqa import _check_heads
-from toolkit.linear_attention import FeatureMap, _check_qkv, elu_feature_map
-from toolkit.masks import _check_positive_int, _offsets, causal_mask, combine_masks, mask_cell_count
+from toolkit.linear_attention import FeatureMap, elu_feature_map
+from toolkit.masks import causal_mask, combine_masks, mask_cell_count, query_key_offsets
 from toolkit.mla import LatentKVCache
 from toolkit.position import apply_rope
 from toolkit.widgets.efficient import kv_cache_calculator, mask_gallery
@@ -95,7 +95,7 @@ _ = torch.manual_seed(0)
 #
 # ### Exercise 1: three mask builders
 #
-# The helper `_offsets(n)` gives the `(n, n)` integer matrix of `i - j` (query index minus
+# The helper `query_key_offsets(n)` gives the `(n, n)` integer matrix of `i - j` (query index minus
 # key index). Each mask is one or two comparisons on it. The argument checks are written
 # for you.
 
@@ -109,10 +109,10 @@ def sliding_window_mask(n: int, window: int, *, device=None) -> Tensor:
     Returns:
         bool ``(n, n)``.
     """
-    _check_positive_int(n, "n")
-    _check_positive_int(window, "window")
+    check_int("n", n)
+    check_int("window", window)
     ### BEGIN SOLUTION
-    d = _offsets(n, device)  # d = i - j
+    d = query_key_offsets(n, device)  # d = i - j
     return (d >= 0) & (d < window)  # 0 <= i - j < w  <=>  i - w < j <= i
     ### END SOLUTION
 
@@ -124,10 +124,10 @@ def band_mask(n: int, radius: int, *, device=None) -> Tensor:
     Returns:
         bool ``(n, n)``.
     """
-    _check_positive_int(n, "n")
-    _check_positive_int(radius, "radius", minimum=0)
+    check_int("n", n)
+    check_int("radius", radius, minimum=0)
     ### BEGIN SOLUTION
-    return _offsets(n, device).abs() <= radius  # |i - j| <= r
+    return query_key_offsets(n, device).abs() <= radius  # |i - j| <= r
     ### END SOLUTION
 
 
@@ -146,11 +146,11 @@ def dilated_mask(n: int, window: int, dilation: int, causal: bool = True, *, dev
     is a multiple of ``dilation`` (``Tensor.remainder``) and lies in
     ``[0, (window - 1) * dilation]``.
     """
-    _check_positive_int(n, "n")
-    _check_positive_int(window, "window")
-    _check_positive_int(dilation, "dilation")
+    check_int("n", n)
+    check_int("window", window)
+    check_int("dilation", dilation)
     ### BEGIN SOLUTION
-    d = _offsets(n, device)  # i - j
+    d = query_key_offsets(n, device)  # i - j
     dist = d if causal else d.abs()
     on_stride = dist.remainder(dilation) == 0  # (i - j) is a multiple of the dilation
     in_reach = (dist >= 0) & (dist <= (window - 1) * dilation)  # at most window-1 strides
@@ -277,7 +277,7 @@ def linear_attention(
     Returns:
         ``(B, H, T_q, d_v)``.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     ### BEGIN SOLUTION
     phi_q, phi_k = feature_map(q), feature_map(k)
     kv = phi_k.transpose(-2, -1) @ v  # S = phi(K)^T V: (B, H, d, d_v)
@@ -308,7 +308,7 @@ def causal_linear_attention(
     Returns:
         ``(B, H, T, d_v)``.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     if q.shape[2] != k.shape[2]:
         raise ValueError(f"causal attention needs T_q == T_k, got {q.shape[2]} and {k.shape[2]}")
     ### BEGIN SOLUTION
@@ -575,7 +575,7 @@ class GroupedQueryAttention(nn.Module):
         super().__init__()
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
-        _check_heads(n_heads, n_kv_heads)
+        check_kv_heads(n_heads, n_kv_heads)
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.d_head = d_model // n_heads
         self.n_rep = n_heads // n_kv_heads  # group size g

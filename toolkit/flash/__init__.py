@@ -28,10 +28,9 @@ flash_attention``.
 
 from toolkit.flash.cost import PeakMemoryCounter, attention_forward_flops, attention_memory_bytes
 from toolkit.flash.online_softmax import NEG_INF, online_softmax, online_softmax_trace
-from toolkit.flash.tiled import (  # noqa: F401 - helpers the notebooks use
+from toolkit.flash.tiled import (
     FlashAttention,
-    _causal_tile_mask,
-    _check_inputs,
+    causal_tile_mask,
     flash_attention,
     flash_attention_backward,
     flash_attention_forward,
@@ -42,6 +41,7 @@ __all__ = [
     "FlashAttention",
     "PeakMemoryCounter",
     "attention_forward_flops",
+    "causal_tile_mask",
     "attention_memory_bytes",
     "flash_attention",
     "flash_attention_backward",

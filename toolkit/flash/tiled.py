@@ -21,30 +21,11 @@ import math
 import torch
 from torch import Tensor
 
+from toolkit.arguments import check_flash_inputs
 from toolkit.flash.online_softmax import NEG_INF
 
 
-def _check_inputs(q: Tensor, k: Tensor, v: Tensor, block_q: int, block_k: int) -> int:
-    """Validate shapes; return the GQA group size ``g = H / H_kv``."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be (B, heads, N, d), got shape {tuple(t.shape)}")
-    if q.shape[0] != k.shape[0] or k.shape[:3] != v.shape[:3]:
-        raise ValueError(
-            f"k and v must be (B, H_kv, N_k, .) with q's batch; got q {tuple(q.shape)}, "
-            f"k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k need the same d, got {q.shape[-1]} and {k.shape[-1]}")
-    H, H_kv = q.shape[1], k.shape[1]
-    if H % H_kv != 0:
-        raise ValueError(f"q heads ({H}) must be a multiple of k/v heads ({H_kv}) for GQA")
-    if block_q < 1 or block_k < 1:
-        raise ValueError(f"block_q and block_k must be >= 1, got {block_q}, {block_k}")
-    return H // H_kv
-
-
-def _causal_tile_mask(qs: int, qe: int, ks: int, ke: int, shift: int, device) -> Tensor:
+def causal_tile_mask(qs: int, qe: int, ks: int, ke: int, shift: int, device) -> Tensor:
     """One causal tile: True where key ``j`` is visible to query ``i`` (``j <= i + shift``)."""
     rows = torch.arange(qs, qe, device=device).unsqueeze(1) + shift
     cols = torch.arange(ks, ke, device=device).unsqueeze(0)
@@ -74,7 +55,7 @@ def flash_attention_forward(
         ``out (B, H, N_q, d_v)`` and ``lse (B, H, N_q)``, ``lse = m + log l`` (float32
         or float64, whichever is wider than the input).
     """
-    g = _check_inputs(q, k, v, block_q, block_k)
+    g = check_flash_inputs(q, k, v, block_q, block_k)
     B, H, N_q, d = q.shape
     H_kv, N_k, d_v = k.shape[1], k.shape[2], v.shape[-1]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
@@ -98,7 +79,7 @@ def flash_attention_forward(
             v_tile = v[:, :, None, ks:ke, :].to(acc_dtype)  # (B, H_kv, 1, bk, d_v)
             s = (q_tile @ k_tile.transpose(-2, -1)) * scale  # S = Q K^T / sqrt(d): (.., bq, bk)
             if causal and ke - 1 > qs + shift:  # tile crosses the diagonal
-                s = s.masked_fill(~_causal_tile_mask(qs, qe, ks, ke, shift, q.device), NEG_INF)
+                s = s.masked_fill(~causal_tile_mask(qs, qe, ks, ke, shift, q.device), NEG_INF)
             m_new = torch.maximum(m, s.amax(dim=-1))  # m' = max(m, rowmax(S))
             m_safe = torch.where(m_new == NEG_INF, 0.0, m_new)  # rows with no visible key yet
             p = torch.exp(s - m_safe.unsqueeze(-1))  # P~ = exp(S - m')
@@ -136,7 +117,7 @@ def flash_attention_backward(
         ``dq (B, H, N_q, d)``, ``dk (B, H_kv, N_k, d)``, ``dv (B, H_kv, N_k, d_v)``.
         For GQA the gradients of a shared KV head are summed over its query group.
     """
-    g = _check_inputs(q, k, v, block_q, block_k)
+    g = check_flash_inputs(q, k, v, block_q, block_k)
     B, H, N_q, d = q.shape
     H_kv, N_k, d_v = k.shape[1], k.shape[2], v.shape[-1]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
@@ -163,7 +144,7 @@ def flash_attention_backward(
             q_tile, do_tile = qg[..., qs:qe, :], dog[..., qs:qe, :]
             s = (q_tile @ k_tile.transpose(-2, -1)) * scale  # recompute S
             if causal and ke - 1 > qs + shift:
-                s = s.masked_fill(~_causal_tile_mask(qs, qe, ks, ke, shift, q.device), NEG_INF)
+                s = s.masked_fill(~causal_tile_mask(qs, qe, ks, ke, shift, q.device), NEG_INF)
             p = torch.exp(s - lse_g[..., qs:qe].unsqueeze(-1))  # P = exp(S - L), exact
             dv[:, :, ks:ke] += (p.transpose(-2, -1) @ do_tile).sum(2)  # dV += P^T dO (sum group)
             dp = do_tile @ v_tile.transpose(-2, -1)  # dP = dO V^T

@@ -22,14 +22,13 @@ from toolkit.masks.basic import (
     padding_mask,
     padding_mask_from_attention_mask,
 )
-from toolkit.masks.sparse import (  # noqa: F401 - helpers the notebooks use
-    _check_positive_int,
-    _offsets,
+from toolkit.masks.sparse import (
     band_mask,
     bigbird_mask,
     dilated_mask,
     global_token_mask,
     mask_cell_count,
+    query_key_offsets,
     random_block_mask,
     receptive_field,
     sliding_window_mask,
@@ -46,6 +45,7 @@ __all__ = [
     "mask_to_additive",
     "padding_mask",
     "padding_mask_from_attention_mask",
+    "query_key_offsets",
     "random_block_mask",
     "receptive_field",
     "sliding_window_mask",

@@ -22,14 +22,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-
-def _check_positive_int(value, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
+from toolkit.arguments import check_int
 
 
-def _offsets(n: int, device=None) -> Tensor:
+def query_key_offsets(n: int, device=None) -> Tensor:
     """``(n, n)`` integer matrix of ``i - j`` (query index minus key index)."""
     i = torch.arange(n, device=device).unsqueeze(1)  # (n, 1)
     j = torch.arange(n, device=device).unsqueeze(0)  # (1, n)
@@ -46,9 +42,9 @@ def sliding_window_mask(n: int, window: int, *, device=None) -> Tensor:
     Returns:
         bool ``(n, n)``.
     """
-    _check_positive_int(n, "n")
-    _check_positive_int(window, "window")
-    d = _offsets(n, device)  # d = i - j
+    check_int("n", n)
+    check_int("window", window)
+    d = query_key_offsets(n, device)  # d = i - j
     return (d >= 0) & (d < window)  # 0 <= i - j < w  <=>  i - w < j <= i
 
 
@@ -62,9 +58,9 @@ def band_mask(n: int, radius: int, *, device=None) -> Tensor:
     Returns:
         bool ``(n, n)``.
     """
-    _check_positive_int(n, "n")
-    _check_positive_int(radius, "radius", minimum=0)
-    return _offsets(n, device).abs() <= radius  # |i - j| <= r
+    check_int("n", n)
+    check_int("radius", radius, minimum=0)
+    return query_key_offsets(n, device).abs() <= radius  # |i - j| <= r
 
 
 def dilated_mask(n: int, window: int, dilation: int, causal: bool = True, *, device=None) -> Tensor:
@@ -81,10 +77,10 @@ def dilated_mask(n: int, window: int, dilation: int, causal: bool = True, *, dev
     Returns:
         bool ``(n, n)``.
     """
-    _check_positive_int(n, "n")
-    _check_positive_int(window, "window")
-    _check_positive_int(dilation, "dilation")
-    d = _offsets(n, device)  # i - j
+    check_int("n", n)
+    check_int("window", window)
+    check_int("dilation", dilation)
+    d = query_key_offsets(n, device)  # i - j
     dist = d if causal else d.abs()
     on_stride = dist.remainder(dilation) == 0  # (i - j) is a multiple of the dilation
     in_reach = (dist >= 0) & (dist <= (window - 1) * dilation)  # at most window-1 strides
@@ -106,7 +102,7 @@ def global_token_mask(n: int, global_indices, base: Tensor | None = None, *, dev
     decoder, AND the result with :func:`causal_mask`: a global token can then only
     summarise the past.
     """
-    _check_positive_int(n, "n")
+    check_int("n", n)
     if isinstance(global_indices, Tensor):
         idx = global_indices.reshape(-1).to(dtype=torch.long, device=device)
     else:
@@ -150,9 +146,9 @@ def random_block_mask(
     Returns:
         bool ``(n, n)``.
     """
-    _check_positive_int(n, "n")
-    _check_positive_int(block_size, "block_size")
-    _check_positive_int(n_random_blocks, "n_random_blocks", minimum=0)
+    check_int("n", n)
+    check_int("block_size", block_size)
+    check_int("n_random_blocks", n_random_blocks, minimum=0)
     n_blocks = -(-n // block_size)  # ceil(n / block_size)
     if n_random_blocks > n_blocks:
         raise ValueError(
@@ -194,9 +190,9 @@ def bigbird_mask(
     Returns:
         bool ``(n, n)``.
     """
-    _check_positive_int(block_size, "block_size")
-    _check_positive_int(window_blocks, "window_blocks")
-    _check_positive_int(global_blocks, "global_blocks", minimum=0)
+    check_int("block_size", block_size)
+    check_int("window_blocks", window_blocks)
+    check_int("global_blocks", global_blocks, minimum=0)
     block_of = torch.arange(n, device=device) // block_size
     block_dist = (block_of[:, None] - block_of[None, :]).abs()
     window = block_dist <= window_blocks // 2
@@ -226,8 +222,8 @@ def receptive_field(n_layers: int, window: int, *, exact: bool = False) -> int:
     pass ``exact=True`` to get it (32 x 4095 + 1 = 131,041 for Mistral). The test
     suite checks this against powers of the boolean mask.
     """
-    _check_positive_int(n_layers, "n_layers")
-    _check_positive_int(window, "window")
+    check_int("n_layers", n_layers)
+    check_int("window", window)
     if exact:
         return n_layers * (window - 1) + 1
     return n_layers * window

@@ -29,26 +29,18 @@ Every public name is importable from this package: ``from toolkit.position impor
 apply_rope``.
 """
 
-from toolkit.position._checks import (  # noqa: F401 - shared argument checks
-    ROPE_LAYOUTS,
-    _check_base,
-    _check_even,
-    _check_int,
-    _check_layout,
-    _check_scale,
-)
-from toolkit.position.absolute import (  # noqa: F401 - private helpers the hidden checks use
+from toolkit.position.absolute import (
     LearnedPositionalEmbedding,
-    _sinusoid_frequencies,
+    sinusoid_frequencies,
     sinusoidal_encoding,
     sinusoidal_shift_matrix,
 )
-from toolkit.position.biases import (  # noqa: F401 - private helpers the hidden checks use
+from toolkit.position.biases import (
     T5RelativePositionBias,
-    _geometric_slopes,
     alibi_bias,
     alibi_bias_key_only,
     alibi_slopes,
+    geometric_slopes,
     t5_relative_position_bucket,
 )
 from toolkit.position.rope import (
@@ -59,10 +51,10 @@ from toolkit.position.rope import (
     rotate_half,
     rotate_interleaved,
 )
-from toolkit.position.rope_scaling import (  # noqa: F401 - private helpers the hidden checks use
-    _ntk_base,
+from toolkit.position.rope_scaling import (
     longrope_attention_factor,
     longrope_inv_freq,
+    ntk_base,
     rope_inv_freq_dynamic_ntk,
     rope_inv_freq_linear,
     rope_inv_freq_ntk,
@@ -71,6 +63,7 @@ from toolkit.position.rope_scaling import (  # noqa: F401 - private helpers the 
 )
 
 __all__ = [
+    "sinusoid_frequencies",
     "sinusoidal_encoding",
     "sinusoidal_shift_matrix",
     "LearnedPositionalEmbedding",
@@ -81,12 +74,14 @@ __all__ = [
     "apply_rope",
     "interleaved_to_half_permutation",
     "rope_inv_freq_linear",
+    "ntk_base",
     "rope_inv_freq_ntk",
     "rope_inv_freq_dynamic_ntk",
     "yarn_band_ratios",
     "yarn_inv_freq_and_temperature",
     "longrope_inv_freq",
     "longrope_attention_factor",
+    "geometric_slopes",
     "alibi_slopes",
     "alibi_bias",
     "alibi_bias_key_only",

@@ -15,14 +15,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from toolkit.position._checks import _check_base, _check_even, _check_int
+from toolkit.arguments import check_even, check_frequency_base, check_int
 
 # ---------------------------------------------------------------------------
 # Sinusoidal absolute encoding (arXiv 1706.03762)
 # ---------------------------------------------------------------------------
 
 
-def _sinusoid_frequencies(d_model: int, base: float) -> Tensor:
+def sinusoid_frequencies(d_model: int, base: float) -> Tensor:
     """``w_i = base^(-2i/d)`` for ``i = 0 .. d/2-1``, float64, shape ``(d/2,)``."""
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # 2i = 0, 2, ..., d-2
     return base ** (-two_i / d_model)  # w_i = 1 / base^(2i/d)
@@ -55,11 +55,11 @@ def sinusoidal_encoding(
     Returns:
         ``(n_positions, d_model)`` table, added to the token embeddings.
     """
-    _check_int("n_positions", n_positions, minimum=0)
-    _check_even("d_model", d_model)
-    _check_base(base)
+    check_int("n_positions", n_positions, minimum=0)
+    check_even("d_model", d_model)
+    check_frequency_base(base)
     p = torch.arange(n_positions, dtype=torch.float64)[:, None]  # (P, 1)
-    angles = p * _sinusoid_frequencies(d_model, base)  # p / base^(2i/d), (P, d/2)
+    angles = p * sinusoid_frequencies(d_model, base)  # p / base^(2i/d), (P, d/2)
     pe = torch.empty(n_positions, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(angles)  # PE(p, 2i)   = sin(p / base^(2i/d))
     pe[:, 1::2] = torch.cos(angles)  # PE(p, 2i+1) = cos(p / base^(2i/d))
@@ -86,9 +86,9 @@ def sinusoidal_shift_matrix(
     """
     if isinstance(k, bool) or not isinstance(k, int):
         raise ValueError(f"k must be an integer shift (may be negative), got {k!r}")
-    _check_even("d_model", d_model)
-    _check_base(base)
-    angle = k * _sinusoid_frequencies(d_model, base)  # k w_i, (d/2,)
+    check_even("d_model", d_model)
+    check_frequency_base(base)
+    angle = k * sinusoid_frequencies(d_model, base)  # k w_i, (d/2,)
     c, s = torch.cos(angle), torch.sin(angle)
     m = torch.zeros(d_model, d_model, dtype=torch.float64)
     even = torch.arange(0, d_model, 2)
@@ -118,8 +118,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, max_len: int, d_model: int):
         super().__init__()
-        _check_int("max_len", max_len)
-        _check_int("d_model", d_model)
+        check_int("max_len", max_len)
+        check_int("d_model", d_model)
         self.max_len, self.d_model = max_len, d_model
         self.weight = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
 
@@ -137,8 +137,8 @@ class LearnedPositionalEmbedding(nn.Module):
             for ``(B, T)`` positions.
         """
         if isinstance(positions, int) and not isinstance(positions, bool):
-            _check_int("positions (sequence length)", positions, minimum=0)
-            _check_int("offset", offset, minimum=0)
+            check_int("positions (sequence length)", positions, minimum=0)
+            check_int("offset", offset, minimum=0)
             if offset + positions > self.max_len:
                 raise ValueError(
                     f"sequence of length {positions} starting at position {offset} needs "

@@ -14,14 +14,14 @@ import math
 import torch
 from torch import Tensor, nn
 
-from toolkit.position._checks import _check_int
+from toolkit.arguments import check_int
 
 # ---------------------------------------------------------------------------
 # ALiBi: attention with linear biases (arXiv 2108.12409)
 # ---------------------------------------------------------------------------
 
 
-def _geometric_slopes(n: int) -> list[float]:
+def geometric_slopes(n: int) -> list[float]:
     return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]  # m_h = 2^(-8h/n), h = 1..n
 
 
@@ -38,10 +38,10 @@ def alibi_slopes(n_heads: int) -> Tensor:
     Returns:
         ``(n_heads,)`` float32 tensor.
     """
-    _check_int("n_heads", n_heads)
+    check_int("n_heads", n_heads)
     n_pow2 = 2 ** int(math.floor(math.log2(n_heads)))  # closest power of two <= n
-    slopes = _geometric_slopes(n_pow2)
-    slopes += _geometric_slopes(2 * n_pow2)[0::2][: n_heads - n_pow2]
+    slopes = geometric_slopes(n_pow2)
+    slopes += geometric_slopes(2 * n_pow2)[0::2][: n_heads - n_pow2]
     return torch.tensor(slopes, dtype=torch.float32)
 
 
@@ -60,10 +60,10 @@ def alibi_bias(
     Returns:
         ``(n_heads, n_queries, n_keys)`` float32 tensor.
     """
-    _check_int("n_heads", n_heads)
-    _check_int("n_queries", n_queries)
+    check_int("n_heads", n_heads)
+    check_int("n_queries", n_queries)
     n_keys = n_queries if n_keys is None else n_keys
-    _check_int("n_keys", n_keys)
+    check_int("n_keys", n_keys)
     if causal and n_keys < n_queries:
         raise ValueError(
             f"causal ALiBi aligns queries to the end of the keys, so n_keys ({n_keys}) must be "
@@ -94,7 +94,7 @@ def alibi_bias_key_only(n_heads: int, n_keys: int) -> Tensor:
         ``(n_heads, 1, n_keys)`` float32 tensor, broadcasting over queries. Same values
         as HF's ``build_alibi_tensor`` for an all-ones attention mask.
     """
-    _check_int("n_keys", n_keys)
+    check_int("n_keys", n_keys)
     j = torch.arange(n_keys, dtype=torch.float32)  # key positions
     return (alibi_slopes(n_heads)[:, None] * j)[:, None, :]  # m_h * j, (H, 1, T_k)
 
@@ -131,7 +131,7 @@ def t5_relative_position_bucket(
     """
     if not isinstance(relative_position, Tensor) or relative_position.dtype.is_floating_point:
         raise ValueError("relative_position must be an integer tensor of key_pos - query_pos")
-    _check_int("num_buckets", num_buckets, minimum=2)
+    check_int("num_buckets", num_buckets, minimum=2)
     rel = relative_position.long()
     bucket = torch.zeros_like(rel)
     n = num_buckets
@@ -174,9 +174,9 @@ class T5RelativePositionBias(nn.Module):
         bidirectional: bool = True,
     ):
         super().__init__()
-        _check_int("n_heads", n_heads)
-        _check_int("num_buckets", num_buckets, minimum=2)
-        _check_int("max_distance", max_distance)
+        check_int("n_heads", n_heads)
+        check_int("num_buckets", num_buckets, minimum=2)
+        check_int("max_distance", max_distance)
         self.n_heads, self.num_buckets = n_heads, num_buckets
         self.max_distance, self.bidirectional = max_distance, bidirectional
         self.relative_attention_bias = nn.Embedding(num_buckets, n_heads)
@@ -192,10 +192,10 @@ class T5RelativePositionBias(nn.Module):
         Returns:
             ``(1, n_heads, T_q, T_k)`` bias to add to the scores.
         """
-        _check_int("n_queries", n_queries)
+        check_int("n_queries", n_queries)
         n_keys = n_queries if n_keys is None else n_keys
-        _check_int("n_keys", n_keys)
-        _check_int("query_offset", query_offset, minimum=0)
+        check_int("n_keys", n_keys)
+        check_int("query_offset", query_offset, minimum=0)
         device = self.relative_attention_bias.weight.device
         i = torch.arange(n_queries, device=device)[:, None] + query_offset  # query positions
         j = torch.arange(n_keys, device=device)[None, :]  # key positions

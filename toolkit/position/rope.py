@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from toolkit.position._checks import _check_base, _check_even, _check_layout
+from toolkit.arguments import check_even, check_frequency_base, check_rope_layout
 
 
 def rope_inv_freq(
@@ -27,8 +27,8 @@ def rope_inv_freq(
     Returns:
         ``(d_head / 2,)`` tensor (the ``inv_freq`` buffer of HF rotary embeddings).
     """
-    _check_even("d_head", d_head)
-    _check_base(base)
+    check_even("d_head", d_head)
+    check_frequency_base(base)
     two_i = torch.arange(0, d_head, 2, dtype=torch.float64)  # 2i = 0, 2, ..., d-2
     return (base ** (-two_i / d_head)).to(dtype)  # theta_i = base^(-2i/d)
 
@@ -58,7 +58,7 @@ def rope_cos_sin(
         ``(B, 1, T, d_head)`` for ``(B, T)`` positions: both broadcast against
         ``(B, H, T, d_head)``.
     """
-    _check_layout(layout)
+    check_rope_layout(layout)
     if not isinstance(positions, Tensor) or positions.ndim not in (1, 2):
         raise ValueError("positions must be a tensor shaped (T,) or (B, T)")
     if not isinstance(inv_freq, Tensor) or inv_freq.ndim != 1:
@@ -154,8 +154,8 @@ def apply_rope(
     if not isinstance(x, Tensor) or x.ndim < 2:
         raise ValueError("x must be a tensor shaped (B, H, T, d_head)")
     d_head, T = x.shape[-1], x.shape[-2]
-    _check_even("d_head (last dimension of x)", d_head)
-    _check_layout(layout)
+    check_even("d_head (last dimension of x)", d_head)
+    check_rope_layout(layout)
     if not isinstance(positions, Tensor):
         raise ValueError("positions must be a tensor of absolute positions, shaped (T,) or (B, T)")
     if positions.ndim not in (1, 2) or positions.shape[-1] != T:
@@ -202,5 +202,5 @@ def interleaved_to_half_permutation(d_head: int) -> Tensor:
     Returns:
         ``(d_head,)`` long tensor.
     """
-    _check_even("d_head", d_head)
+    check_even("d_head", d_head)
     return torch.cat((torch.arange(0, d_head, 2), torch.arange(1, d_head, 2)))

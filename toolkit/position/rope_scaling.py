@@ -15,7 +15,7 @@ import math
 import torch
 from torch import Tensor
 
-from toolkit.position._checks import _check_base, _check_even, _check_int, _check_scale
+from toolkit.arguments import check_context_scale, check_even, check_frequency_base, check_int
 from toolkit.position.rope import rope_inv_freq
 
 
@@ -34,11 +34,11 @@ def rope_inv_freq_linear(
     Returns:
         ``(d_head / 2,)`` tensor ``theta_i / s``.
     """
-    _check_scale(scale)
+    check_context_scale(scale)
     return rope_inv_freq(d_head, base, dtype=torch.float64).div(scale).to(dtype)  # theta_i / s
 
 
-def _ntk_base(d_head: int, base: float, scale: float) -> float:
+def ntk_base(d_head: int, base: float, scale: float) -> float:
     return base * scale ** (d_head / (d_head - 2))  # base' = base * s^(d/(d-2))
 
 
@@ -58,11 +58,11 @@ def rope_inv_freq_ntk(
     Returns:
         ``(d_head / 2,)`` tensor.
     """
-    _check_even("d_head", d_head)
-    _check_scale(scale)
+    check_even("d_head", d_head)
+    check_context_scale(scale)
     if d_head < 4:
         raise ValueError(f"d_head must be >= 4 for NTK scaling (exponent d/(d-2)), got {d_head}")
-    return rope_inv_freq(d_head, _ntk_base(d_head, base, scale), dtype=dtype)
+    return rope_inv_freq(d_head, ntk_base(d_head, base, scale), dtype=dtype)
 
 
 def rope_inv_freq_dynamic_ntk(
@@ -93,15 +93,15 @@ def rope_inv_freq_dynamic_ntk(
     Returns:
         ``(d_head / 2,)`` tensor.
     """
-    _check_even("d_head", d_head)
-    _check_int("seq_len", seq_len)
-    _check_int("max_position_embeddings", max_position_embeddings)
-    _check_scale(scale)
+    check_even("d_head", d_head)
+    check_int("seq_len", seq_len)
+    check_int("max_position_embeddings", max_position_embeddings)
+    check_context_scale(scale)
     if d_head < 4:
         raise ValueError(f"d_head must be >= 4 for NTK scaling (exponent d/(d-2)), got {d_head}")
     T = max(seq_len, max_position_embeddings)  # inside the trained length: plain RoPE
     growth = scale * T / max_position_embeddings - (scale - 1)  # s T / L - (s - 1)
-    return rope_inv_freq(d_head, _ntk_base(d_head, base, growth), dtype=dtype)
+    return rope_inv_freq(d_head, ntk_base(d_head, base, growth), dtype=dtype)
 
 
 def yarn_band_ratios(d_head: int, base: float, original_max_position_embeddings: int) -> Tensor:
@@ -110,7 +110,7 @@ def yarn_band_ratios(d_head: int, base: float, original_max_position_embeddings:
     Returns:
         ``(d_head / 2,)`` float64 tensor, decreasing with ``i``.
     """
-    _check_int("original_max_position_embeddings", original_max_position_embeddings)
+    check_int("original_max_position_embeddings", original_max_position_embeddings)
     theta = rope_inv_freq(d_head, base, dtype=torch.float64)
     return original_max_position_embeddings * theta / (2 * math.pi)  # r_i = L / (2 pi / theta_i)
 
@@ -162,9 +162,9 @@ def yarn_inv_freq_and_temperature(
         ``(inv_freq, attention_factor)``: ``(d_head / 2,)`` float32 tensor and the float
         ``0.1 ln s + 1``.
     """
-    _check_even("d_head", d_head)
-    _check_base(base)
-    _check_scale(scale)
+    check_even("d_head", d_head)
+    check_frequency_base(base)
+    check_context_scale(scale)
     if not (0 < beta_slow < beta_fast):
         raise ValueError(
             f"need 0 < beta_slow < beta_fast (defaults 1 and 32), got {beta_slow}, {beta_fast}"
@@ -218,7 +218,7 @@ def longrope_inv_freq(
     Returns:
         ``(d_head / 2,)`` tensor.
     """
-    _check_even("d_head", d_head)
+    check_even("d_head", d_head)
     lam = torch.as_tensor(rescale_factors, dtype=torch.float64)
     if lam.shape != (d_head // 2,):
         raise ValueError(
@@ -232,7 +232,7 @@ def longrope_inv_freq(
 
 def longrope_attention_factor(scale: float, original_max_position_embeddings: int) -> float:
     """LongRoPE / Phi-3 attention factor ``sqrt(1 + ln s / ln L_train)`` (1 when ``s <= 1``)."""
-    _check_int("original_max_position_embeddings", original_max_position_embeddings, minimum=2)
+    check_int("original_max_position_embeddings", original_max_position_embeddings, minimum=2)
     if scale <= 1:
         return 1.0
     return math.sqrt(1 + math.log(scale) / math.log(original_max_position_embeddings))

@@ -11,14 +11,11 @@ Every public name is importable from this package: ``from toolkit.transformer im
 DecoderBlock``.
 """
 
-from toolkit.transformer.blocks import (  # noqa: F401 - argument checks the notebooks use
+from toolkit.transformer.blocks import (
     DecoderBlock,
     DecoderOnlyBlock,
     EncoderBlock,
     PositionwiseFeedForward,
-    _check_block_args,
-    _check_mask,
-    _check_sequence,
 )
 from toolkit.transformer.embedding import TokenPositionEmbedding, attention_mask_to_bool
 from toolkit.transformer.families import (

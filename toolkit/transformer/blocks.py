@@ -33,44 +33,14 @@ weights, only on the sub-layer outputs (as ``dropout1``, ``dropout2``, ...).
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from toolkit.arguments import check_block_args, check_bool_mask, check_sequence
 from toolkit.attention import MultiHeadAttention
 from toolkit.masks import causal_mask, combine_masks
 
-_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
-
-
-def _check_block_args(d_model: int, n_heads: int, d_ff: int, dropout: float, activation: str):
-    if d_model <= 0:
-        raise ValueError(f"d_model must be a positive integer, got {d_model}")
-    if n_heads <= 0:
-        raise ValueError(f"n_heads must be a positive integer, got {n_heads}")
-    if d_ff <= 0:
-        raise ValueError(f"d_ff must be a positive integer, got {d_ff}")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-    if activation not in _ACTIVATIONS:
-        raise ValueError(
-            f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}"
-        )
-
-
-def _check_sequence(name: str, x: Tensor, d_model: int) -> None:
-    if x.dim() != 3 or x.size(-1) != d_model:
-        raise ValueError(
-            f"{name} must have shape (batch, seq, d_model={d_model}), got {tuple(x.shape)}"
-        )
-
-
-def _check_mask(name: str, mask: Tensor | None) -> None:
-    if mask is not None and mask.dtype != torch.bool:
-        raise ValueError(
-            f"{name} must be a bool tensor (True = may attend), got dtype {mask.dtype}; "
-            "convert 1/0 attention masks with toolkit.masks.padding_mask_from_attention_mask"
-        )
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}  # toolkit.arguments.BLOCK_ACTIVATIONS
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -85,7 +55,7 @@ class PositionwiseFeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0):
         super().__init__()
-        _check_block_args(d_model, 1, d_ff, dropout, activation)
+        check_block_args(d_model, 1, d_ff, dropout, activation)
         self.activation_name = activation
         self.activation = _ACTIVATIONS[activation]
         self.linear1 = nn.Linear(d_model, d_ff)
@@ -129,7 +99,7 @@ class EncoderBlock(nn.Module):
         layer_norm_eps: float = 1e-5,
     ):
         super().__init__()
-        _check_block_args(d_model, n_heads, d_ff, dropout, activation)
+        check_block_args(d_model, n_heads, d_ff, dropout, activation)
         self.d_model = d_model
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads)
@@ -155,8 +125,8 @@ class EncoderBlock(nn.Module):
         Returns:
             ``(B, T, d_model)``.
         """
-        _check_sequence("x", x, self.d_model)
-        _check_mask("mask", mask)
+        check_sequence("x", x, self.d_model)
+        check_bool_mask("mask", mask)
         if self.norm_first:
             x = x + self._sa(self.norm1(x), mask)  # x + SelfAttn(LN(x))
             x = x + self._ff(self.norm2(x))  # x + FFN(LN(x))
@@ -189,8 +159,8 @@ class DecoderOnlyBlock(EncoderBlock):
         Returns:
             ``(B, T, d_model)``.
         """
-        _check_sequence("x", x, self.d_model)
-        _check_mask("mask", mask)
+        check_sequence("x", x, self.d_model)
+        check_bool_mask("mask", mask)
         if causal:
             mask = combine_masks(causal_mask(x.size(1), device=x.device), mask)  # j <= i
         return super().forward(x, mask)
@@ -241,7 +211,7 @@ class DecoderBlock(nn.Module):
         layer_norm_eps: float = 1e-5,
     ):
         super().__init__()
-        _check_block_args(d_model, n_heads, d_ff, dropout, activation)
+        check_block_args(d_model, n_heads, d_ff, dropout, activation)
         self.d_model = d_model
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads)
@@ -275,14 +245,14 @@ class DecoderBlock(nn.Module):
         Returns:
             ``(B, T_tgt, d_model)``.
         """
-        _check_sequence("x", x, self.d_model)
-        _check_sequence("memory", memory, self.d_model)
+        check_sequence("x", x, self.d_model)
+        check_sequence("memory", memory, self.d_model)
         if memory.size(0) != x.size(0):
             raise ValueError(
                 f"memory batch size {memory.size(0)} must equal x batch size {x.size(0)}"
             )
-        _check_mask("self_mask", self_mask)
-        _check_mask("memory_mask", memory_mask)
+        check_bool_mask("self_mask", self_mask)
+        check_bool_mask("memory_mask", memory_mask)
         if causal:
             self_mask = combine_masks(causal_mask(x.size(1), device=x.device), self_mask)
 

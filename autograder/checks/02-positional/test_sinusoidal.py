@@ -124,4 +124,4 @@ def test_odd_width_is_rejected(submission):
             raise CheckFailure(f"d_model = 7 should raise ValueError, got: {exc}") from None
         return
     raise CheckFailure("d_model = 7 was accepted: features come in (sin, cos) pairs, so raise "
-                       "ValueError for an odd width (_check_even does it)")
+                       "ValueError for an odd width (check_even does it)")
