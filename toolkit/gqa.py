@@ -119,13 +119,16 @@ def kv_cache_bytes(
     return int(total) if float(total).is_integer() else total
 
 
-class KVCache:
+class DynamicKVCache:
     """Per-layer key/value cache for incremental decoding.
 
     Stores, for every layer, ``K`` and ``V`` of shape ``(B, n_kv_heads, T_cached, d)``.
     Each step appends the new tokens' keys and values along the time axis and hands
     back the full history, which the new queries then attend to. Only KV heads are
     stored: GQA's saving is in exactly this tensor.
+
+    *Dynamic* as Hugging Face's ``DynamicCache``: it grows by concatenation and needs no
+    capacity up front. :class:`toolkit.models.StaticKVCache` pre-allocates instead.
     """
 
     def __init__(self) -> None:
@@ -202,7 +205,7 @@ class GroupedQueryAttention(nn.Module):
         self,
         x: Tensor,
         mask: Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: DynamicKVCache | None = None,
         layer_idx: int = 0,
         causal: bool = True,
         rotary: Callable[[Tensor, Tensor], Tensor] | None = None,
@@ -212,7 +215,7 @@ class GroupedQueryAttention(nn.Module):
             x: ``(B, T, d_model)``, the new tokens only when decoding with a cache.
             mask: extra bool mask broadcastable to ``(B, n_heads, T, T_past + T)``
                 (e.g. key padding), AND-ed with the causal mask.
-            cache: a :class:`KVCache`; the new K, V are appended to ``layer_idx`` and
+            cache: a :class:`DynamicKVCache`; the new K, V are appended to ``layer_idx`` and
                 the queries attend to everything cached so far.
             causal: query at absolute position ``p`` sees keys ``<= p``.
             rotary: optional ``rotary(t, positions)`` applied to q and k (e.g.

@@ -248,7 +248,7 @@ print("✓ sinusoidal_encoding passes the visible checks")
 # ### Learned absolute positions (reading)
 #
 # BERT and GPT-2 replace the fixed table with a trainable one: an `nn.Embedding` with one
-# row per position, `max_len` rows in all (512 for BERT, 1024 for GPT-2). It can learn
+# row per position, `max_seq_len` rows in all (512 for BERT, 1024 for GPT-2). It can learn
 # whatever pattern helps, but it has **no row** for a position it never saw: it cannot
 # extrapolate at all. A longer input must raise a clear error, not index out of range
 # silently (on a GPU, an out-of-range embedding lookup fails asynchronously, far from its
@@ -257,7 +257,7 @@ print("✓ sinusoidal_encoding passes the visible checks")
 # %% tags=["skip-grading"]
 from toolkit.position import LearnedPositionalEmbedding  # noqa: E402
 
-learned = LearnedPositionalEmbedding(max_len=8, d_model=4)
+learned = LearnedPositionalEmbedding(max_seq_len=8, d_model=4)
 print("8 positions:", tuple(learned(8).shape))
 try:
     learned(10)

@@ -25,7 +25,7 @@
 # | 1 | sparse masks: `sliding_window_mask`, `band_mask`, `dilated_mask` | 3 |
 # | 2 | linear attention: `linear_attention`, `causal_linear_attention` | 3 |
 # | 3 | KV-cache arithmetic: `kv_cache_bytes` | 1 |
-# | 4 | grouped-query attention with a KV cache: `repeat_kv`, `KVCache.append`, `GroupedQueryAttention` | 4 |
+# | 4 | grouped-query attention with a KV cache: `repeat_kv`, `DynamicKVCache.append`, `GroupedQueryAttention` | 4 |
 # | 5 | multi-head latent attention: `mla_cache_bytes`, the two paths of `MultiHeadLatentAttention` | 3 |
 #
 # **How this notebook is graded.** Fill in each region marked `YOUR CODE HERE`. The test
@@ -489,13 +489,15 @@ def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
 # %% [markdown]
 # ### Exercise 4b: the cache
 #
-# `KVCache` keeps, per layer, keys and values of shape `(B, n_kv_heads, T_cached, d)`.
+# `DynamicKVCache` keeps, per layer, keys and values of shape `(B, n_kv_heads, T_cached, d)`.
 # Write `append`: store the first `k, v` a layer receives, concatenate later ones along
 # the **time** axis, and return the layer's full `(K, V)`. The list `self.keys` grows as
-# new layers appear (fill the gaps with `None`). The other methods are given.
+# new layers appear (fill the gaps with `None`). The other methods are given. (The name
+# follows Hugging Face's `DynamicCache`: the cache grows as tokens arrive. The capstone's
+# `StaticKVCache` instead pre-allocates room for `max_seq_len` positions.)
 
 # %% nbgrader={"grade": false, "grade_id": "kv_cache", "locked": false, "schema_version": 3, "solution": true}
-class KVCache:
+class DynamicKVCache:
     """Per-layer key/value cache for incremental decoding.
 
     ``keys[layer]`` and ``values[layer]`` are ``(B, n_kv_heads, T_cached, d)`` (or
@@ -590,7 +592,7 @@ class GroupedQueryAttention(nn.Module):
         self,
         x: Tensor,
         mask: Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: DynamicKVCache | None = None,
         layer_idx: int = 0,
         causal: bool = True,
         rotary: Callable[[Tensor, Tensor], Tensor] | None = None,
@@ -600,7 +602,7 @@ class GroupedQueryAttention(nn.Module):
             x: ``(B, T, d_model)``; only the new tokens when decoding with a cache.
             mask: extra bool mask broadcastable to ``(B, n_heads, T, P + T)`` (e.g. key
                 padding), ANDed with the causal mask.
-            cache: a ``KVCache``; the new ``k, v`` (``n_kv_heads`` heads) are appended to
+            cache: a ``DynamicKVCache``; the new ``k, v`` (``n_kv_heads`` heads) are appended to
                 ``layer_idx`` and the queries attend to everything cached so far.
             causal: the query at absolute position ``p`` sees keys ``<= p``.
             rotary: optional ``rotary(t, positions)`` for q and k.
@@ -637,7 +639,7 @@ assert rep[0, :, 0, 0].tolist() == [0, 0, 0, 1, 1, 1], (
     f"query heads 0-2 must read KV head 0 and heads 3-5 KV head 1 (h // 3), got "
     f"{rep[0, :, 0, 0].tolist()}: that looks like h % n_kv_heads")
 
-cache = KVCache()
+cache = DynamicKVCache()
 k0, v0 = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 4)
 k1, v1 = torch.randn(2, 2, 1, 4), torch.randn(2, 2, 1, 4)
 cache.append(0, k0, v0)
@@ -656,7 +658,7 @@ x = torch.randn(2, 6, 32)
 with torch.no_grad():
     full = gqa(x)
     assert full.shape == (2, 6, 32), f"expected (B, T, d_model) = (2, 6, 32), got {full.shape}"
-    cache = KVCache()
+    cache = DynamicKVCache()
     steps = [gqa(x[:, :3], cache=cache)] + [gqa(x[:, t:t + 1], cache=cache) for t in range(3, 6)]
     cached = torch.cat(steps, dim=1)
 assert torch.allclose(cached, full, atol=1e-5), (
@@ -666,7 +668,7 @@ assert torch.allclose(cached, full, atol=1e-5), (
 assert cache.keys[0].shape == (2, 2, 6, 4), (
     f"the cache should hold only the 2 KV heads: (B, n_kv_heads, T, d_head) = (2, 2, 6, 4), got "
     f"{tuple(cache.keys[0].shape)}")
-print("✓ repeat_kv, KVCache and GroupedQueryAttention pass the visible checks")
+print("✓ repeat_kv, DynamicKVCache and GroupedQueryAttention pass the visible checks")
 
 # %% [markdown]
 # ## 5. Multi-head latent attention

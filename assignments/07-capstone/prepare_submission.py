@@ -49,7 +49,7 @@ NOTEBOOK = "capstone.ipynb"
 CHECKPOINT = "capstone.safetensors"
 #: Cells that training never calls: excluded from the cache key.
 NOT_FOR_TRAINING = {"sampling", "sampling_given", "generate"}
-MODEL = dict(vocab_size=256, d_model=64, n_layer=2, n_head=4, max_seq_len=128)
+MODEL = dict(vocab_size=256, d_model=64, n_layers=2, n_heads=4, max_seq_len=128)
 STEPS, BATCH, BLOCK, MAX_LR, SEED = 300, 16, 128, 1e-2, 0
 
 

@@ -39,7 +39,7 @@ def _render(fig: Figure) -> bytes:
 def tiny_model(recipe="modern", seed=0):
     torch.manual_seed(seed)
     build = GPTConfig.modern if recipe == "modern" else GPTConfig.classic
-    return GPT(build(vocab_size=256, d_model=32, n_layer=1, n_head=4, max_seq_len=64)).eval()
+    return GPT(build(vocab_size=256, d_model=32, n_layers=1, n_heads=4, max_seq_len=64)).eval()
 
 
 HISTORY = {"step": [0, 1, 2, 3], "train_loss": [5.5, 4.0, 3.2, 3.0], "val_step": [1, 3],

@@ -11,7 +11,7 @@
   sequences (without it the sum of negative log-probabilities always prefers
   stopping early), ``alpha < 0`` shorter ones. ``W = 1`` is greedy.
 
-The KV cache (:class:`toolkit.models.KVCache`) makes each step process one token
+The KV cache (:class:`toolkit.models.StaticKVCache`) makes each step process one token
 instead of the whole prefix; ``use_cache=False`` re-runs the full sequence each
 step and must produce the same tokens (tested).
 

@@ -1,8 +1,8 @@
 """GPU kernels written in Triton (https://triton-lang.org).
 
 * :mod:`toolkit.kernels.runtime`: is Triton installed, compiled or interpreted;
-* :mod:`toolkit.kernels.flash_triton`: FlashAttention forward with causal masking
-  and grouped-query attention, :func:`triton_flash_attention` (strided, tuned);
+* :mod:`toolkit.kernels.flash_tuned`: FlashAttention forward with causal masking
+  and grouped-query attention, :func:`flash_attention_tuned` (strided, tuned);
 * :mod:`toolkit.kernels.flash_teaching`: the student-sized version of Assignment 04,
   :func:`flash_attention_triton` with its kernel :func:`flash_attention_kernel`.
 
@@ -14,7 +14,7 @@ own (``transformers``, ``torch.utils.flop_counter``), so set the variable first:
 
     import os
     os.environ["TRITON_INTERPRET"] = "1"   # first line of the notebook (restart if late)
-    from toolkit.kernels import triton_flash_attention
+    from toolkit.kernels import flash_attention_tuned
 
 The interpreter executes each program instance with NumPy: correct for fp32 and
 fp16 on small shapes, slow on big ones, and wrong (silently) for bf16 ``tl.dot``,
@@ -26,7 +26,7 @@ from toolkit.kernels.flash_teaching import (
     flash_attention_kernel,
     flash_attention_triton,
 )
-from toolkit.kernels.flash_triton import interpreter_active, triton_flash_attention
+from toolkit.kernels.flash_tuned import flash_attention_tuned, interpreter_active
 from toolkit.kernels.runtime import HAS_TRITON
 
 __all__ = [
@@ -35,5 +35,5 @@ __all__ = [
     "flash_attention_kernel",
     "flash_attention_triton",
     "interpreter_active",
-    "triton_flash_attention",
+    "flash_attention_tuned",
 ]

@@ -1,6 +1,6 @@
 """The teaching kernel of Assignment 04: FlashAttention forward, sized for a notebook.
 
-A smaller sibling of the tuned kernel in :mod:`toolkit.kernels.flash_triton`, sized for
+A smaller sibling of the tuned kernel in :mod:`toolkit.kernels.flash_tuned`, sized for
 a student to write in a notebook: the same algorithm, GQA mapping, bottom-right causal
 mask and ``(out, lse)``, but for *contiguous* tensors (every offset follows from the
 shapes, so there are no stride arguments) and a head size ``d`` that is a power of two

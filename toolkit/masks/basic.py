@@ -31,19 +31,19 @@ def causal_mask(
     return j <= i + offset
 
 
-def padding_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
+def padding_mask(lengths: Tensor, max_seq_len: int | None = None) -> Tensor:
     """Key-padding mask from sequence lengths.
 
     Args:
         lengths: ``(B,)`` integer tensor, the number of real tokens per sequence
             (real tokens first, padding after).
-        max_len: padded length ``T_k`` (default: ``lengths.max()``).
+        max_seq_len: padded length ``T_k`` (default: ``lengths.max()``).
 
     Returns:
         bool tensor ``(B, 1, 1, T_k)``; ``True`` marks a real token.
     """
-    max_len = int(lengths.max()) if max_len is None else max_len
-    positions = torch.arange(max_len, device=lengths.device)
+    max_seq_len = int(lengths.max()) if max_seq_len is None else max_seq_len
+    positions = torch.arange(max_seq_len, device=lengths.device)
     keep = positions.unsqueeze(0) < lengths.unsqueeze(1)  # (B, T_k)
     return keep[:, None, None, :]
 

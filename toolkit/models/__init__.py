@@ -29,21 +29,21 @@ Both use pre-norm blocks with a final norm (arXiv 2002.04745; ``norm_placement=
 Read in this order:
 
 * :mod:`toolkit.models.config`: :class:`GPTConfig`, the hyper-parameters and recipes;
-* :mod:`toolkit.models.kv_cache`: :class:`KVCache`, keys and values kept for decoding;
+* :mod:`toolkit.models.kv_cache`: :class:`StaticKVCache`, keys and values kept for decoding;
 * :mod:`toolkit.models.attention`: :class:`CausalSelfAttention` (RoPE, GQA, the cache);
 * :mod:`toolkit.models.gpt`: :class:`Block` and :class:`GPT` (weight tying, init);
 * :mod:`toolkit.models.parameters`: :func:`count_parameters` and
   :func:`parameter_matched_configs`.
 
 Shapes: ``idx`` ``(B, T)`` token ids; logits ``(B, T, vocab_size)``; attention
-tensors ``(B, heads, T, head_dim)``. Every public name is importable from this
+tensors ``(B, heads, T, d_head)``. Every public name is importable from this
 package: ``from toolkit.models import GPT, GPTConfig``.
 """
 
 from toolkit.models.attention import CausalSelfAttention
 from toolkit.models.config import RECIPES, GPTConfig
 from toolkit.models.gpt import GPT, Block
-from toolkit.models.kv_cache import KVCache
+from toolkit.models.kv_cache import StaticKVCache
 from toolkit.models.parameters import count_parameters, parameter_matched_configs
 
 __all__ = [
@@ -52,7 +52,7 @@ __all__ = [
     "Block",
     "CausalSelfAttention",
     "GPTConfig",
-    "KVCache",
+    "StaticKVCache",
     "count_parameters",
     "parameter_matched_configs",
 ]

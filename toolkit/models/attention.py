@@ -1,10 +1,10 @@
 """Causal self-attention of the capstone GPT: RoPE, grouped KV heads, a KV cache.
 
-Grouped-query attention. ``n_head`` query heads share ``n_kv_head`` key/value
-heads; query head ``h`` reads KV head ``h // (n_head / n_kv_head)`` (integer
-division: consecutive query heads form a group). ``n_kv_head = n_head`` is MHA,
-``n_kv_head = 1`` is multi-query attention (arXiv 1911.02150). The KV cache
-shrinks by the factor ``n_head / n_kv_head``.
+Grouped-query attention. ``n_heads`` query heads share ``n_kv_heads`` key/value
+heads; query head ``h`` reads KV head ``h // (n_heads / n_kv_heads)`` (integer
+division: consecutive query heads form a group). ``n_kv_heads = n_heads`` is MHA,
+``n_kv_heads = 1`` is multi-query attention (arXiv 1911.02150). The KV cache
+shrinks by the factor ``n_heads / n_kv_heads``.
 
 Cached keys keep the rotation they got at their own position; the new token's
 q and k are rotated at its absolute position ``start_pos``. Cached decoding equals
@@ -19,16 +19,16 @@ from toolkit.attention import scaled_dot_product_attention
 from toolkit.gqa import repeat_kv
 from toolkit.masks import causal_mask
 from toolkit.models.config import GPTConfig
-from toolkit.models.kv_cache import KVCache
+from toolkit.models.kv_cache import StaticKVCache
 from toolkit.position import apply_rope
 
 
 class CausalSelfAttention(nn.Module):
     """Causal self-attention with optional RoPE, grouped KV heads and a KV cache.
 
-    Projections (Hugging Face LLaMA names): ``q_proj: d -> n_head * D``,
-    ``k_proj, v_proj: d -> n_kv_head * D``, ``o_proj: n_head * D -> d`` with
-    ``D = head_dim``.
+    Projections (Hugging Face LLaMA names): ``q_proj: d -> n_heads * D``,
+    ``k_proj, v_proj: d -> n_kv_heads * D``, ``o_proj: n_heads * D -> d`` with
+    ``D = d_head``.
 
     Shapes: ``x`` ``(B, T, d)`` -> ``(B, T, d)``.
     """
@@ -36,19 +36,19 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig, layer_idx: int):
         super().__init__()
         self.config, self.layer_idx = config, layer_idx
-        self.n_head, self.n_kv_head, self.head_dim = config.n_head, config.kv_heads, config.head_dim
-        self.n_rep = self.n_head // self.n_kv_head  # query heads per KV head
-        d, D, bias = config.d_model, self.head_dim, config.use_bias
-        self.q_proj = nn.Linear(d, self.n_head * D, bias=bias)
-        self.k_proj = nn.Linear(d, self.n_kv_head * D, bias=bias)
-        self.v_proj = nn.Linear(d, self.n_kv_head * D, bias=bias)
-        self.o_proj = nn.Linear(self.n_head * D, d, bias=bias)
+        self.n_heads, self.n_kv_heads, self.d_head = config.n_heads, config.kv_heads, config.d_head
+        self.n_rep = self.n_heads // self.n_kv_heads  # query heads per KV head
+        d, D, bias = config.d_model, self.d_head, config.use_bias
+        self.q_proj = nn.Linear(d, self.n_heads * D, bias=bias)
+        self.k_proj = nn.Linear(d, self.n_kv_heads * D, bias=bias)
+        self.v_proj = nn.Linear(d, self.n_kv_heads * D, bias=bias)
+        self.o_proj = nn.Linear(self.n_heads * D, d, bias=bias)
 
     def forward(
-        self, x: Tensor, positions: Tensor, cache: KVCache | None = None, start_pos: int = 0
+        self, x: Tensor, positions: Tensor, cache: StaticKVCache | None = None, start_pos: int = 0
     ) -> Tensor:
         B, T, _ = x.shape
-        H, H_kv, D = self.n_head, self.n_kv_head, self.head_dim
+        H, H_kv, D = self.n_heads, self.n_kv_heads, self.d_head
         q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
         k = self.k_proj(x).view(B, T, H_kv, D).transpose(1, 2)  # (B, H_kv, T, D)
         v = self.v_proj(x).view(B, T, H_kv, D).transpose(1, 2)  # (B, H_kv, T, D)

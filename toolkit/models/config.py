@@ -25,15 +25,15 @@ class GPTConfig:
     """Hyper-parameters of :class:`GPT`.
 
     Component fields left as ``None`` (``position``, ``norm``, ``mlp``, ``bias``,
-    ``n_kv_head``, ``d_ff``) take the recipe's choice; set one to run an ablation
+    ``n_kv_heads``, ``d_ff``) take the recipe's choice; set one to run an ablation
     (e.g. the modern recipe with learned positions). Use :meth:`classic` and
     :meth:`modern` to build the two recipes.
 
     Attributes:
         vocab_size: ``V``.
-        n_layer: number of blocks ``L``.
-        n_head: query heads; ``d_model`` must be divisible by it.
-        n_kv_head: key/value heads (GQA); must divide ``n_head``. Default ``n_head``.
+        n_layers: number of blocks ``L``.
+        n_heads: query heads; ``d_model`` must be divisible by it.
+        n_kv_heads: key/value heads (GQA); must divide ``n_heads``. Default ``n_heads``.
         d_model: residual stream width ``d``.
         max_seq_len: longest sequence (size of ``wpe`` and of the KV cache).
         recipe: ``"classic"`` or ``"modern"``.
@@ -53,9 +53,9 @@ class GPTConfig:
     """
 
     vocab_size: int = 256
-    n_layer: int = 4
-    n_head: int = 4
-    n_kv_head: int | None = None
+    n_layers: int = 4
+    n_heads: int = 4
+    n_kv_heads: int | None = None
     d_model: int = 128
     max_seq_len: int = 256
     recipe: str = "modern"
@@ -76,20 +76,22 @@ class GPTConfig:
     def __post_init__(self):
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe must be one of {sorted(RECIPES)}, got {self.recipe!r}")
-        positive = ("vocab_size", "n_layer", "n_head", "d_model", "max_seq_len", "ffn_multiple_of")
+        positive = (
+            "vocab_size", "n_layers", "n_heads", "d_model", "max_seq_len", "ffn_multiple_of"
+        )
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.d_model % self.n_head != 0:
+        if self.d_model % self.n_heads != 0:
             raise ValueError(
-                f"d_model={self.d_model} must be divisible by n_head={self.n_head}"
+                f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}"
             )
-        if self.n_kv_head is not None and (
-            self.n_kv_head <= 0 or self.n_head % self.n_kv_head != 0
+        if self.n_kv_heads is not None and (
+            self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads != 0
         ):
             raise ValueError(
-                f"n_kv_head={self.n_kv_head} must be a positive divisor of n_head={self.n_head}"
+                f"n_kv_heads={self.n_kv_heads} must be a positive divisor of n_heads={self.n_heads}"
             )
         if self.d_ff is not None and self.d_ff <= 0:
             raise ValueError(f"d_ff must be a positive int, got {self.d_ff}")
@@ -104,8 +106,8 @@ class GPTConfig:
                 raise ValueError(
                     f"{name} must be one of {_CHOICES[name]}, got {getattr(self, name)!r}"
                 )
-        if self.position_type == "rope" and self.head_dim % 2 != 0:
-            raise ValueError(f"RoPE needs an even head_dim = d_model / n_head, got {self.head_dim}")
+        if self.position_type == "rope" and self.d_head % 2 != 0:
+            raise ValueError(f"RoPE needs an even d_head = d_model / n_heads, got {self.d_head}")
 
     # ---- the two recipes -------------------------------------------------------
     @classmethod
@@ -117,12 +119,12 @@ class GPTConfig:
     def modern(cls, **kwargs) -> GPTConfig:
         """LLaMA-style: RoPE, RMSNorm, SwiGLU, GQA, no biases.
 
-        ``n_kv_head`` defaults to ``n_head // 2`` when ``n_head`` is even (two query
-        heads per KV head), else ``n_head``.
+        ``n_kv_heads`` defaults to ``n_heads // 2`` when ``n_heads`` is even (two query
+        heads per KV head), else ``n_heads``.
         """
-        if kwargs.get("n_kv_head") is None:
-            n_head = kwargs.get("n_head", cls.n_head)
-            kwargs["n_kv_head"] = n_head // 2 if n_head % 2 == 0 else n_head
+        if kwargs.get("n_kv_heads") is None:
+            n_heads = kwargs.get("n_heads", cls.n_heads)
+            kwargs["n_kv_heads"] = n_heads // 2 if n_heads % 2 == 0 else n_heads
         return cls(recipe="modern", **kwargs)
 
     # ---- resolved choices ------------------------------------------------------
@@ -148,11 +150,11 @@ class GPTConfig:
 
     @property
     def kv_heads(self) -> int:
-        return self.n_head if self.n_kv_head is None else self.n_kv_head
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
     @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_head
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
 
     @property
     def ffn_hidden(self) -> int:
@@ -171,5 +173,10 @@ class GPTConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
-            raise ValueError(f"d has unknown GPTConfig fields {sorted(unknown)}")
+            renamed = {"n_layer": "n_layers", "n_head": "n_heads", "n_kv_head": "n_kv_heads"}
+            hint = [f"{old} is now {new}" for old, new in renamed.items() if old in unknown]
+            raise ValueError(
+                f"d has unknown GPTConfig fields {sorted(unknown)}"
+                + (f" ({'; '.join(hint)}: a config saved before the rename)" if hint else "")
+            )
         return cls(**d)

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from toolkit.ffn import FeedForward, SwiGLU
 from toolkit.models.attention import CausalSelfAttention
 from toolkit.models.config import GPTConfig
-from toolkit.models.kv_cache import KVCache
+from toolkit.models.kv_cache import StaticKVCache
 from toolkit.norm import LayerNorm, RMSNorm
 
 
@@ -53,7 +53,7 @@ class Block(nn.Module):
         self.drop = nn.Dropout(config.dropout)
 
     def forward(
-        self, x: Tensor, positions: Tensor, cache: KVCache | None = None, start_pos: int = 0
+        self, x: Tensor, positions: Tensor, cache: StaticKVCache | None = None, start_pos: int = 0
     ) -> Tensor:
         if self.pre_norm:
             x = x + self.drop(self.attn(self.ln_1(x), positions, cache, start_pos))  # x + F(LN(x))
@@ -83,7 +83,7 @@ class GPT(nn.Module):
             else None
         )
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
+        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
         # Pre-norm leaves the stream un-normalised, so one final norm before the head.
         self.ln_f = _make_norm(config) if config.norm_placement == "pre" else nn.Identity()
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)  # weight (V, d)
@@ -107,14 +107,14 @@ class GPT(nn.Module):
                 nn.init.ones_(module.weight)
                 if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
-        residual_std = std / math.sqrt(2 * self.config.n_layer)
+        residual_std = std / math.sqrt(2 * self.config.n_layers)
         for name, p in self.named_parameters():
             if name.endswith(("o_proj.weight", "fc2.weight", "down_proj.weight")):
                 nn.init.normal_(p, mean=0.0, std=residual_std)
 
-    def new_cache(self) -> KVCache:
-        """An empty :class:`KVCache` sized for this model."""
-        return KVCache(self.config.n_layer, self.config.max_seq_len)
+    def new_cache(self) -> StaticKVCache:
+        """An empty :class:`StaticKVCache` sized for this model."""
+        return StaticKVCache(self.config.n_layers, self.config.max_seq_len)
 
     def unembed(self, h: Tensor) -> Tensor:
         """``(B, T, d)`` -> ``(B, T, V)`` logits: ``h @ W_U``, ``W_U = E^T`` when tied."""
@@ -124,14 +124,14 @@ class GPT(nn.Module):
         self,
         idx: Tensor,
         targets: Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: StaticKVCache | None = None,
         start_pos: int = 0,
     ) -> tuple[Tensor, Tensor | None]:
         """
         Args:
             idx: ``(B, T)`` token ids at absolute positions ``start_pos .. start_pos+T-1``.
             targets: ``(B, T)`` next-token ids (``-100`` = ignored), or ``None``.
-            cache: a :class:`KVCache` from :meth:`new_cache`; the keys and values of
+            cache: a :class:`StaticKVCache` from :meth:`new_cache`; the keys and values of
                 these positions are written into it and the queries attend to
                 everything it holds before ``start_pos``.
             start_pos: absolute position of ``idx[:, 0]``. With a cache it must be

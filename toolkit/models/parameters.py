@@ -30,9 +30,9 @@ def _count_config(config: GPTConfig) -> int:
 def parameter_matched_configs(
     vocab_size: int = 256,
     d_model: int = 128,
-    n_layer: int = 4,
-    n_head: int = 4,
-    n_kv_head: int | None = None,
+    n_layers: int = 4,
+    n_heads: int = 4,
+    n_kv_heads: int | None = None,
     max_seq_len: int = 256,
     multiple_of: int = 8,
     **common,
@@ -50,11 +50,11 @@ def parameter_matched_configs(
         than ``3 d L multiple_of / 2``.
     """
     shared = dict(
-        vocab_size=vocab_size, d_model=d_model, n_layer=n_layer, n_head=n_head,
+        vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
         max_seq_len=max_seq_len, **common,
     )
     classic = GPTConfig.classic(**shared)
-    modern = GPTConfig.modern(n_kv_head=n_kv_head, d_ff=multiple_of, **shared)
+    modern = GPTConfig.modern(n_kv_heads=n_kv_heads, d_ff=multiple_of, **shared)
     target, base = _count_config(classic), _count_config(modern)
     # Parameters per extra hidden unit: 3 d L (gate, up, down each gain d weights).
     per_unit = (_count_config(replace(modern, d_ff=2 * multiple_of)) - base) / multiple_of

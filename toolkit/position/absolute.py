@@ -107,21 +107,21 @@ def sinusoidal_shift_matrix(
 class LearnedPositionalEmbedding(nn.Module):
     """A trainable table: row ``p`` is the vector added at position ``p``.
 
-    The parameter is called ``weight`` and has shape ``(max_len, d_model)``, like
+    The parameter is called ``weight`` and has shape ``(max_seq_len, d_model)``, like
     ``nn.Embedding`` (GPT-2's ``wpe.weight``, BERT's ``position_embeddings.weight``),
     initialised ``N(0, 0.02^2)`` as in GPT-2.
 
-    The table has exactly ``max_len`` rows, so it cannot extrapolate: asking for a
-    position ``>= max_len`` raises a ``ValueError`` here (a bare embedding lookup
+    The table has exactly ``max_seq_len`` rows, so it cannot extrapolate: asking for a
+    position ``>= max_seq_len`` raises a ``ValueError`` here (a bare embedding lookup
     would raise an opaque index error on CPU, or fail asynchronously on GPU).
     """
 
-    def __init__(self, max_len: int, d_model: int):
+    def __init__(self, max_seq_len: int, d_model: int):
         super().__init__()
-        check_int("max_len", max_len)
+        check_int("max_seq_len", max_seq_len)
         check_int("d_model", d_model)
-        self.max_len, self.d_model = max_len, d_model
-        self.weight = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
+        self.max_seq_len, self.d_model = max_seq_len, d_model
+        self.weight = nn.Parameter(torch.randn(max_seq_len, d_model) * 0.02)
 
     def forward(self, positions: Tensor | int, offset: int = 0) -> Tensor:
         """
@@ -139,13 +139,13 @@ class LearnedPositionalEmbedding(nn.Module):
         if isinstance(positions, int) and not isinstance(positions, bool):
             check_int("positions (sequence length)", positions, minimum=0)
             check_int("offset", offset, minimum=0)
-            if offset + positions > self.max_len:
+            if offset + positions > self.max_seq_len:
                 raise ValueError(
                     f"sequence of length {positions} starting at position {offset} needs "
                     f"positions up to {offset + positions - 1}, but this learned table has only "
-                    f"max_len={self.max_len} rows; truncate the input to {self.max_len - offset} "
-                    "tokens or build the embedding with a larger max_len (learned positions "
-                    "cannot extrapolate)"
+                    f"max_seq_len={self.max_seq_len} rows; truncate the input to "
+                    f"{self.max_seq_len - offset} tokens or build the embedding with a larger "
+                    "max_seq_len (learned positions cannot extrapolate)"
                 )
             idx = torch.arange(offset, offset + positions, device=self.weight.device)
             return self.weight[idx]
@@ -161,10 +161,10 @@ class LearnedPositionalEmbedding(nn.Module):
             raise ValueError(
                 f"positions must be shaped (T,) or (B, T), got {tuple(positions.shape)}"
             )
-        if positions.numel() and (positions.min() < 0 or positions.max() >= self.max_len):
+        if positions.numel() and (positions.min() < 0 or positions.max() >= self.max_seq_len):
             raise ValueError(
-                f"positions must lie in [0, max_len={self.max_len}), got values in "
-                f"[{int(positions.min())}, {int(positions.max())}]; truncate the input or "
-                "build the embedding with a larger max_len (learned positions cannot extrapolate)"
+                f"positions must lie in [0, max_seq_len={self.max_seq_len}), got values in "
+                f"[{int(positions.min())}, {int(positions.max())}]; truncate the input or build "
+                "the embedding with a larger max_seq_len (learned positions cannot extrapolate)"
             )
         return self.weight[positions]

@@ -25,9 +25,9 @@ def main(argv: list[str] | None = None) -> TrainHistory:
     parser.add_argument("--corpus", default=None, help="UTF-8 text file (default: stdlib corpus)")
     parser.add_argument("--out", default=None, help="checkpoint path (.safetensors)")
     parser.add_argument("--d-model", type=int, default=128)
-    parser.add_argument("--n-layer", type=int, default=4)
-    parser.add_argument("--n-head", type=int, default=4)
-    parser.add_argument("--n-kv-head", type=int, default=None)
+    parser.add_argument("--n-layers", type=int, default=4)
+    parser.add_argument("--n-heads", type=int, default=4)
+    parser.add_argument("--n-kv-heads", type=int, default=None)
     parser.add_argument("--block-size", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=3e-3)
@@ -43,10 +43,10 @@ def main(argv: list[str] | None = None) -> TrainHistory:
     torch.manual_seed(args.seed)
     corpus = load_corpus(args.corpus, tokenizer="byte")
     build = GPTConfig.classic if args.recipe == "classic" else GPTConfig.modern
-    kwargs = {} if args.n_kv_head is None else {"n_kv_head": args.n_kv_head}
+    kwargs = {} if args.n_kv_heads is None else {"n_kv_heads": args.n_kv_heads}
     config = build(
-        vocab_size=ByteTokenizer.vocab_size, d_model=args.d_model, n_layer=args.n_layer,
-        n_head=args.n_head, max_seq_len=max(args.block_size, args.sample + 1), **kwargs,
+        vocab_size=ByteTokenizer.vocab_size, d_model=args.d_model, n_layers=args.n_layers,
+        n_heads=args.n_heads, max_seq_len=max(args.block_size, args.sample + 1), **kwargs,
     )
     model = GPT(config)
     cfg = TrainConfig(

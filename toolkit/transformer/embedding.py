@@ -18,18 +18,18 @@ class TokenPositionEmbedding(nn.Module):
     """Token embedding plus a learned absolute position table (BERT, GPT-2).
 
     ``h_t = E_tok[id_t] + E_pos[t]``: ``(B, T)`` ids -> ``(B, T, d_model)``.
-    A sequence longer than ``max_len`` has no position row and raises ``ValueError``.
+    A sequence longer than ``max_seq_len`` has no position row and raises ``ValueError``.
     """
 
-    def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float):
+    def __init__(self, vocab_size: int, d_model: int, max_seq_len: int, dropout: float):
         super().__init__()
         if vocab_size <= 0:
             raise ValueError(f"vocab_size must be a positive integer, got {vocab_size}")
-        if max_len <= 0:
-            raise ValueError(f"max_len must be a positive integer, got {max_len}")
-        self.max_len = max_len
+        if max_seq_len <= 0:
+            raise ValueError(f"max_seq_len must be a positive integer, got {max_seq_len}")
+        self.max_seq_len = max_seq_len
         self.token = nn.Embedding(vocab_size, d_model)
-        self.position = nn.Embedding(max_len, d_model)
+        self.position = nn.Embedding(max_seq_len, d_model)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, ids: Tensor, name: str = "input_ids") -> Tensor:
@@ -39,11 +39,11 @@ class TokenPositionEmbedding(nn.Module):
                 f"got dtype {ids.dtype} and shape {tuple(ids.shape)}"
             )
         T = ids.size(1)
-        if T > self.max_len:
+        if T > self.max_seq_len:
             raise ValueError(
-                f"{name} has length {T} but max_len={self.max_len}: the learned position "
+                f"{name} has length {T} but max_seq_len={self.max_seq_len}: the learned position "
                 "table has no row for the extra positions; truncate the input or build the "
-                "model with a larger max_len"
+                "model with a larger max_seq_len"
             )
         pos = torch.arange(T, device=ids.device)
         return self.dropout(self.token(ids) + self.position(pos))  # E_tok[id] + E_pos[t]

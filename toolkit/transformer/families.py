@@ -66,7 +66,7 @@ class EncoderOnlyModel(nn.Module):
         n_heads: int = 4,
         n_layers: int = 2,
         d_ff: int | None = None,
-        max_len: int = 128,
+        max_seq_len: int = 128,
         norm_first: bool = False,
         activation: str = "gelu",
         dropout: float = 0.0,
@@ -75,7 +75,7 @@ class EncoderOnlyModel(nn.Module):
         if n_layers <= 0:
             raise ValueError(f"n_layers must be a positive integer, got {n_layers}")
         d_ff = 4 * d_model if d_ff is None else d_ff
-        self.embedding = TokenPositionEmbedding(vocab_size, d_model, max_len, dropout)
+        self.embedding = TokenPositionEmbedding(vocab_size, d_model, max_seq_len, dropout)
         self.layers = nn.ModuleList(
             EncoderBlock(d_model, n_heads, d_ff, norm_first, activation, dropout)
             for _ in range(n_layers)
@@ -89,7 +89,7 @@ class EncoderOnlyModel(nn.Module):
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> EncoderOutput:
         """
         Args:
-            input_ids: ``(B, T)`` token ids, ``T <= max_len``.
+            input_ids: ``(B, T)`` token ids, ``T <= max_seq_len``.
             attention_mask: optional ``(B, T)``, 1 (or True) for real tokens and 0 for
                 padding (the Hugging Face convention); padded keys are invisible.
 
@@ -127,7 +127,7 @@ class DecoderOnlyModel(nn.Module):
         n_heads: int = 4,
         n_layers: int = 2,
         d_ff: int | None = None,
-        max_len: int = 128,
+        max_seq_len: int = 128,
         norm_first: bool = True,
         activation: str = "gelu",
         dropout: float = 0.0,
@@ -136,7 +136,7 @@ class DecoderOnlyModel(nn.Module):
         if n_layers <= 0:
             raise ValueError(f"n_layers must be a positive integer, got {n_layers}")
         d_ff = 4 * d_model if d_ff is None else d_ff
-        self.embedding = TokenPositionEmbedding(vocab_size, d_model, max_len, dropout)
+        self.embedding = TokenPositionEmbedding(vocab_size, d_model, max_seq_len, dropout)
         self.layers = nn.ModuleList(
             DecoderOnlyBlock(d_model, n_heads, d_ff, norm_first, activation, dropout)
             for _ in range(n_layers)
@@ -147,7 +147,7 @@ class DecoderOnlyModel(nn.Module):
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """
         Args:
-            input_ids: ``(B, T)`` token ids, ``T <= max_len``.
+            input_ids: ``(B, T)`` token ids, ``T <= max_seq_len``.
             attention_mask: optional ``(B, T)`` 1/0 padding mask, ANDed with the
                 causal mask each block builds.
 
@@ -191,7 +191,7 @@ class EncoderDecoderModel(nn.Module):
         n_encoder_layers: int = 2,
         n_decoder_layers: int = 2,
         d_ff: int | None = None,
-        max_len: int = 128,
+        max_seq_len: int = 128,
         norm_first: bool = False,
         activation: str = "relu",
         dropout: float = 0.0,
@@ -202,8 +202,8 @@ class EncoderDecoderModel(nn.Module):
         if n_decoder_layers <= 0:
             raise ValueError(f"n_decoder_layers must be positive, got {n_decoder_layers}")
         d_ff = 4 * d_model if d_ff is None else d_ff
-        self.encoder_embedding = TokenPositionEmbedding(vocab_size, d_model, max_len, dropout)
-        self.decoder_embedding = TokenPositionEmbedding(vocab_size, d_model, max_len, dropout)
+        self.encoder_embedding = TokenPositionEmbedding(vocab_size, d_model, max_seq_len, dropout)
+        self.decoder_embedding = TokenPositionEmbedding(vocab_size, d_model, max_seq_len, dropout)
         # One token table for both sides; each side keeps its own position table.
         self.decoder_embedding.token = self.encoder_embedding.token
         self.encoder_layers = nn.ModuleList(

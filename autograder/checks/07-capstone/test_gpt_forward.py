@@ -47,7 +47,7 @@ result = (result, int(_cache.length))
 
 
 def _config(recipe="modern", **kw) -> GPTConfig:
-    base = dict(vocab_size=96, d_model=32, n_layer=2, n_head=4, max_seq_len=24, init_std=0.1)
+    base = dict(vocab_size=96, d_model=32, n_layers=2, n_heads=4, max_seq_len=24, init_std=0.1)
     base.update(kw)
     return GPTConfig.modern(**base) if recipe == "modern" else GPTConfig.classic(**base)
 

@@ -165,7 +165,7 @@ def interpreter_active() -> bool:
     return HAS_TRITON and all(_mode())
 
 
-def triton_flash_attention(
+def flash_attention_tuned(
     q: Tensor,
     k: Tensor,
     v: Tensor,
