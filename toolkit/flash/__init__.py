@@ -5,7 +5,7 @@ computes *exact* attention without ever storing the ``N x N`` score matrix. On a
 GPU the point is memory traffic: the scores never leave on-chip SRAM. Here, in
 PyTorch, the same algorithm shows the idea and its bookkeeping. Read in this order:
 
-* :mod:`toolkit.flash.online_softmax`: the softmax's maximum and sum gathered in one
+* :mod:`toolkit.flash.online`: the softmax's maximum and sum gathered in one
   streaming pass, and the rescaled accumulator;
 * :mod:`toolkit.flash.tiled`: the tiled forward (saving the logsumexp), the backward
   that recomputes each tile from it, and the autograd wrapper;
@@ -27,7 +27,7 @@ flash_attention``.
 """
 
 from toolkit.flash.cost import PeakMemoryCounter, attention_forward_flops, attention_memory_bytes
-from toolkit.flash.online_softmax import NEG_INF, online_softmax, online_softmax_trace
+from toolkit.flash.online import NEG_INF, online_softmax, online_softmax_trace
 from toolkit.flash.tiled import (
     FlashAttention,
     causal_tile_mask,

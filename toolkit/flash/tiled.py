@@ -1,7 +1,7 @@
 """Tiled FlashAttention forward and backward, and its autograd wrapper.
 
 The forward walks over the keys tile by tile with the online softmax of
-:mod:`toolkit.flash.online_softmax` and saves the logsumexp ``L = m + log l``: all
+:mod:`toolkit.flash.online` and saves the logsumexp ``L = m + log l``: all
 the backward pass needs to recompute any tile's probabilities exactly,
 ``P_ij = exp(S_ij - L_i)``, so no ``N x N`` matrix is saved for the backward either:
 O(N) extra memory.
@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from toolkit.arguments import check_flash_inputs
-from toolkit.flash.online_softmax import NEG_INF
+from toolkit.flash.online import NEG_INF
 
 
 def causal_tile_mask(qs: int, qe: int, ks: int, ke: int, shift: int, device) -> Tensor:
