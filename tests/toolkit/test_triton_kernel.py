@@ -136,7 +136,7 @@ def test_rectangular_causal_and_custom_scale():
     check(q, k, v, causal=True, block_m=16, block_n=16)
     out, _ = flash_attention_tuned(q, k, v, scale=0.1)
     ref = torch.softmax(q.double() @ k.double().transpose(-2, -1) * 0.1, -1) @ v.double()
-    torch.testing.assert_close(out.double().cpu(), ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.double().cpu(), ref.cpu(), atol=1e-5, rtol=1e-5)
     # 40 queries, 16 keys: the first 24 queries see nothing -> zeros and lse = -inf
     q2 = rand(1, 2, 40, 16, seed=4)
     out2, lse2 = flash_attention_tuned(q2, k[:, :, :16], v[:, :, :16], True, 16, 16)

@@ -19,7 +19,9 @@ def main(argv: list[str] | None = None) -> TrainHistory:
     from toolkit.data import ByteTokenizer, load_corpus
     from toolkit.generate import generate
 
-    parser = argparse.ArgumentParser(description="Train the capstone mini-GPT on a text file.")
+    parser = argparse.ArgumentParser(
+        prog="python -m toolkit.train", description="Train the capstone mini-GPT on a text file."
+    )
     parser.add_argument("--recipe", choices=("classic", "modern"), default="modern")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--corpus", default=None, help="UTF-8 text file (default: stdlib corpus)")
