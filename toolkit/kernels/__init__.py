@@ -1,10 +1,13 @@
 """GPU kernels written in Triton (https://triton-lang.org).
 
 * :mod:`toolkit.kernels.runtime`: is Triton installed, compiled or interpreted;
-* :mod:`toolkit.kernels.flash_tuned`: FlashAttention forward with causal masking
-  and grouped-query attention, :func:`flash_attention_tuned` (strided, tuned);
-* :mod:`toolkit.kernels.flash_teaching`: the student-sized version of Assignment 04,
-  :func:`flash_attention_triton` with its kernel :func:`flash_attention_kernel`.
+* :mod:`toolkit.kernels.flash_tuned`: :func:`flash_attention_tuned`, the FlashAttention
+  forward to use (causal masking, grouped-query attention): any strided layout, any
+  head size (padded to a power of two), tile sizes and launch settings chosen per device;
+* :mod:`toolkit.kernels.flash_teaching`: :func:`flash_attention_triton` and its kernel
+  :func:`flash_attention_kernel`, the version Assignment 04 asks students to write: the
+  same algorithm for contiguous inputs and a power-of-two head size, every argument
+  check in :func:`check_kernel_launch`.
 
 Without a GPU the kernels run in Triton's interpreter, which must be switched on
 before ``triton`` is first imported, by anything: Triton decides between interpreter
@@ -34,6 +37,6 @@ __all__ = [
     "check_kernel_launch",
     "flash_attention_kernel",
     "flash_attention_triton",
-    "interpreter_active",
     "flash_attention_tuned",
+    "interpreter_active",
 ]
