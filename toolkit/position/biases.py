@@ -22,6 +22,7 @@ from toolkit.arguments import check_int
 
 
 def geometric_slopes(n: int) -> list[float]:
+    """``m_h = 2^(-8h/n)`` for ``h = 1 .. n``: ALiBi's slopes when ``n`` is a power of two."""
     return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]  # m_h = 2^(-8h/n), h = 1..n
 
 

@@ -39,6 +39,7 @@ def rope_inv_freq_linear(
 
 
 def ntk_base(d_head: int, base: float, scale: float) -> float:
+    """NTK-aware base ``base' = base * s^(d/(d-2))``: the slowest pair ends ``s`` times slower."""
     return base * scale ** (d_head / (d_head - 2))  # base' = base * s^(d/(d-2))
 
 
