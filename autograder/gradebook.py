@@ -55,12 +55,12 @@ def ensure_room(course: Course, needed: int = 0) -> None:
 
 
 def _disk_full_message(course: Course, free: int | None) -> str:
-    left = f"{format_size(free)} free" if free is not None else "a write failed"
+    left = f"{format_size(free)} left" if free is not None else "a write failed"
     return (
-        f"the disk that holds the course workspace {course.root} is full ({left}; "
-        f"the grader keeps {format_size(RESERVE_BYTES)} free so the gradebook is never "
-        "half-written). Free some space and run the same command again: what was "
-        "recorded stays, the rest is graded, nothing is counted twice"
+        f"the disk that holds the course workspace {course.root} is full ({left}; the "
+        f"grader stops while it still has {format_size(RESERVE_BYTES)}, so that the "
+        "gradebook is never half-written). Free some space and run the same command "
+        "again: what was recorded stays, the rest is graded, nothing is counted twice"
     )
 
 
