@@ -9,9 +9,10 @@ child, and polls, signals and kills that child through the zygote.
 The fork server is used when it can give the same isolation as the plain sandbox:
 as root with bubblewrap (the child binds its submission's own ``/tmp`` and ``/dev/shm``
 before dropping to the slot's uid), or without bubblewrap (limits only, as before).
-Only :mod:`autograder.launcher` uses it. A non-root grader with
-bubblewrap, ``AUTOGRADER_FORKSERVER=0``, or a zygote that fails to start all fall
-back to starting each kernel from scratch; grading is slower, nothing else changes.
+Only :mod:`autograder.launcher` uses it. A grader with bubblewrap that cannot mount
+(not root, or ``AUTOGRADER_NO_MOUNTS=1``), ``AUTOGRADER_FORKSERVER=0``, or a zygote
+that fails to start all fall back to starting each kernel from scratch; grading is
+slower, nothing else changes.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from jupyter_client.provisioning import LocalProvisioner
 from .confine import INSIDE_DIR
 from .limits import COVER_BYTES
 from .sandbox import bwrap_arguments, bwrap_path, kernel_environment
-from .storage import scratch_root
+from .storage import can_mount, scratch_root
 
 #: Imported once by each zygote: what every kernel would otherwise import itself.
 PRELOAD = (
@@ -58,9 +59,9 @@ class ForkServerError(RuntimeError):
 def enabled() -> bool:
     if os.environ.get("AUTOGRADER_FORKSERVER", "1") == "0":
         return False
-    # A non-root grader's bubblewrap drops every capability: the child could not
-    # mount its private /tmp, so it would share one with earlier submissions.
-    return bwrap_path() is None or os.geteuid() == 0
+    # In bubblewrap, a forked kernel needs root's right to mount for its private /tmp
+    # and /dev/shm; without it, it would share one with earlier submissions.
+    return bwrap_path() is None or can_mount()
 
 
 class ForkServer:

@@ -132,7 +132,10 @@ _CAN_MOUNT: list[bool] = []
 
 def can_mount() -> bool:
     """Whether the grader can mount the areas itself: root, with the right to mount
-    (a container may deny it even to root). Tried once per process."""
+    (a container may deny it even to root; tried once per process), unless
+    ``AUTOGRADER_NO_MOUNTS=1`` asks for what a non-root grader does."""
+    if os.environ.get("AUTOGRADER_NO_MOUNTS") == "1":
+        return False
     if not _CAN_MOUNT:
         ok = False
         if os.geteuid() == 0:

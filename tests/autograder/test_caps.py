@@ -36,6 +36,9 @@ MODES = {
     "from-scratch": ({"AUTOGRADER_FORKSERVER": "0"}, ["fills-tmp", "fills-shm"]),
     "no-bwrap": ({"AUTOGRADER_NO_BWRAP": "1"}, ["fills-tmp", "fills-shm", "fills-workdir",
                                                  "many-files"]),
+    # What a grader that is not root does: bubblewrap sizes /tmp and /dev/shm, and a
+    # watchdog measures the working directory, an ordinary folder.
+    "no-mounts": ({"AUTOGRADER_NO_MOUNTS": "1"}, ["fills-tmp", "fills-workdir", "many-files"]),
 }
 FILL = "with open({path!r}, 'wb') as f:\n    while True:\n        f.write(b'x' * 2**20)\n"
 FILLS = {
@@ -123,9 +126,12 @@ def graded(request, tiny_course):
 def test_reference_keeps_full_marks_and_isolation_names_the_caps(graded):
     mode, _, run, records, _ = graded
     assert records[f"{mode}-reference"]["score"] == 2.0
-    assert "/tmp 40 MiB, /dev/shm 24 MiB, working directory 56 MiB and 10,000 files" in \
-        run["isolation"]
-    assert "(sized tmpfs)" in run["isolation"]
+    if mode == "no-mounts":
+        assert ("/tmp 40 MiB, /dev/shm 24 MiB (sized tmpfs); working directory 56 MiB and "
+                "10,000 files (watchdog)") in run["isolation"]
+    else:
+        assert ("/tmp 40 MiB, /dev/shm 24 MiB, working directory 56 MiB and 10,000 files "
+                "(sized tmpfs)") in run["isolation"]
 
 
 def test_each_fill_is_stopped_at_its_cap_with_a_note(graded, tiny_course):
