@@ -24,6 +24,7 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save_file
 
+from .limits import Limits
 from .slots import hand_over
 
 MAX_REPLY_JSON = 1 * 2**20
@@ -44,7 +45,8 @@ class Submission:
     """What a hidden check sees of a submission: a way to evaluate its names on our inputs."""
 
     def __init__(
-        self, session, nb, exchange_dir: Path, forbid: tuple[str, ...] = (), call_timeout=60
+        self, session, nb, exchange_dir: Path, forbid: tuple[str, ...] = (),
+        call_timeout: float = Limits.call_timeout,
     ):
         self._session = session
         self._nb = nb
