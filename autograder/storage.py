@@ -248,7 +248,10 @@ class Storage:
         for name, path, cap in (("the working directory", self.workdir, lim.workdir_bytes),
                                 ("/tmp", self.tmp, lim.tmp_bytes),
                                 ("/dev/shm", self.shm, lim.shm_bytes)):
-            use = self._use(name, path, cap)
+            try:
+                use = self._use(name, path, cap)
+            except OSError:  # being reset or removed: nothing to measure
+                use = None
             if use is None:
                 continue
             free_bytes, free_files = use
