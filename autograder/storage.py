@@ -1,23 +1,22 @@
 """Where a submission may write, and how much: its working directory, /tmp and /dev/shm.
 
 A notebook may write files; it may not fill the grading machine's disk or memory.
-Each submission gets three *areas*, each with a cap from its :class:`Limits`:
+Each submission gets three *areas*, each with caps from its :class:`Limits`:
 
 ============================  ==============================================
 working directory             ``workdir_bytes`` and ``max_files``
-``/tmp``                      ``tmp_bytes``
-``/dev/shm``                  ``shm_bytes``
+``/tmp``                      ``tmp_bytes`` and ``max_files``
+``/dev/shm``                  ``shm_bytes`` and ``max_files``
 ============================  ==============================================
 
 **As root** (this is how CI and a grading server run) the grader mounts three tmpfs
-filesystems of exactly those sizes (and, for the working directory, that many inodes)
-in the submission's scratch folder; the sandbox shows them at the working directory's
+filesystems of exactly those sizes and inode counts in the submission's scratch folder; the sandbox shows them at the working directory's
 path, ``/tmp`` and ``/dev/shm``. Linux holds every cap: a write past it fails with
 ``ENOSPC``. They live in memory, so their sizes are part of the submission's memory
 budget (:meth:`Limits.address_space`), and unmounting them gives every byte back.
 
 **As any other user** nothing can be mounted from outside: bubblewrap mounts ``/tmp``
-and ``/dev/shm`` itself, sized the same way (Linux still holds those caps), and the
+and ``/dev/shm`` itself, sized the same way (Linux still holds the byte caps), and the
 working directory is an ordinary folder on disk that a *watchdog* measures while the
 kernel runs; without bubblewrap ``/tmp`` and ``/dev/shm`` are the machine's own, and
 only ``TMPDIR`` points into a watched folder. :func:`caps_in_force` says which holds.
