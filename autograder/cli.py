@@ -1,4 +1,5 @@
-"""The ``autograder`` command line (the contract in DESIGN.md)."""
+"""The ``autograder`` command line: init, release, grade, report, feedback, validate, demo,
+and new (the contract is in the README; scripts and tests rely on it)."""
 
 from __future__ import annotations
 
@@ -93,6 +94,14 @@ def cmd_validate(args) -> int:
     return 0 if ok else 1
 
 
+def cmd_new(args) -> int:
+    from .scaffold import new_assignment, next_steps
+
+    files = new_assignment(args.name, title=args.title, notebook=args.notebook)
+    print(next_steps(args.name, files))
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo import demo
 
@@ -108,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     def add(name, func, help_text):
         p = sub.add_parser(name, help=help_text)
         p.set_defaults(func=func)
-        if name not in ("validate", "demo"):
+        if name not in ("validate", "demo", "new"):
             p.add_argument(
                 "--course",
                 type=Path,
@@ -138,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("validate", cmd_validate, "solution full marks, stub zero, every mutant caught")
     p.add_argument("name", nargs="?")
     p.add_argument("--workers", type=int, default=None)
+    p = add("new", cmd_new, "a new assignment from the minimal example, ready to validate")
+    p.add_argument("name", help="folder name, e.g. 05-blocks (in assignments/, or in "
+                   "AUTOGRADER_ASSIGNMENTS)")
+    p.add_argument("--title", default=None)
+    p.add_argument("--notebook", default=None, help="notebook name (default: from NAME)")
     p = add("demo", cmd_demo, "the whole loop end to end on a throwaway course")
     p.add_argument("--dir", default=None, help="where to put the demo course (default: a temp dir)")
     p.add_argument("--assignment", action="append", help="only this assignment (repeatable)")

@@ -25,6 +25,8 @@ import jupytext
 import nbformat
 import tomllib
 
+from .limits import Limits
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Instructors keep assignments elsewhere with AUTOGRADER_ASSIGNMENTS=/path (read at `init`).
 ASSIGNMENTS_DIR = Path(os.environ.get("AUTOGRADER_ASSIGNMENTS", PROJECT_ROOT / "assignments"))
@@ -70,10 +72,9 @@ class AssignmentSpec:
     title: str
     notebooks: list[str]
     checks: str
-    cell_timeout: float = 60
-    submission_timeout: float = 600
-    call_timeout: float = 60
-    memory_bytes: int = 6 * 2**30
+    #: Time, memory and storage caps: any field of :class:`autograder.limits.Limits`
+    #: set at the top level of the file (defaults there).
+    limits: Limits = dataclasses.field(default_factory=Limits)
     forbid: list[str] = dataclasses.field(default_factory=list)
     mutants: list[Mutant] = dataclasses.field(default_factory=list)
     #: Optional script in the assignment folder, run after each *made* submission
@@ -93,8 +94,19 @@ class AssignmentSpec:
             data = tomllib.loads(toml_path.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise CourseError(f"{toml_path}: invalid TOML ({exc}); fix the file") from None
+        try:
+            limits = Limits.from_table(data, where=str(toml_path))
+        except ValueError as exc:
+            raise CourseError(str(exc)) from None
+        data = {k: v for k, v in data.items() if k not in _LIMIT_KEYS}
+        unknown = sorted(set(data) - _SPEC_KEYS)
+        if unknown:
+            raise CourseError(
+                f"{toml_path}: unknown key(s) {', '.join(unknown)}; known: "
+                f"{', '.join(sorted(_SPEC_KEYS | _LIMIT_KEYS))}"
+            )
         mutants = [Mutant(**m) for m in data.pop("mutants", [])]
-        spec = cls(name=name, path=path, mutants=mutants, **data)
+        spec = cls(name=name, path=path, mutants=mutants, limits=limits, **data)
         for nb in spec.notebooks:
             if not (path / f"{nb}.py").is_file():
                 raise CourseError(f"{toml_path}: notebook '{nb}' has no source file {nb}.py")
@@ -111,6 +123,10 @@ class AssignmentSpec:
         if self.checks.startswith(("./", "../")):
             return (self.path / self.checks).resolve()
         return Path(__file__).resolve().parent / "checks" / self.checks
+
+
+_LIMIT_KEYS = {f.name for f in dataclasses.fields(Limits)}
+_SPEC_KEYS = {f.name for f in dataclasses.fields(AssignmentSpec)} - {"name", "path", "limits"}
 
 
 def available_assignments(assignments_dir: Path = ASSIGNMENTS_DIR) -> list[str]:
@@ -187,15 +203,24 @@ class Course:
             self.build_source(self.spec(name))
 
     def build_source(self, spec: AssignmentSpec) -> Path:
-        """``assignments/<name>/*.py`` -> ``source/<name>/*.ipynb`` (+ the other files)."""
+        """``assignments/<name>/*.py`` -> ``source/<name>/*.ipynb`` (+ the other files).
+
+        The hidden checks never go along, even when an assignment keeps them in its
+        own folder (``checks = "./checks"``): a release is built from ``source/``."""
         target = self.path("source", spec.name)
         target.mkdir(parents=True, exist_ok=True)
+        checks = spec.checks_dir()
         for item in spec.path.iterdir():
             if item.name in ("assignment.toml", "__pycache__") or item.suffix == ".py":
                 continue
+            if item.resolve() == checks:
+                continue
             dest = target / item.name
             if item.is_dir():
-                shutil.copytree(item, dest, dirs_exist_ok=True)
+                def hide_checks(folder, names):
+                    return [n for n in names if (Path(folder) / n).resolve() == checks]
+
+                shutil.copytree(item, dest, dirs_exist_ok=True, ignore=hide_checks)
             else:
                 shutil.copy2(item, dest)
         for nb_name in spec.notebooks:

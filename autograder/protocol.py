@@ -24,7 +24,8 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save_file
 
-from .sandbox import hand_over
+from .limits import Limits
+from .slots import hand_over
 
 MAX_REPLY_JSON = 1 * 2**20
 MAX_REPLY_TENSORS = 64 * 2**20
@@ -44,7 +45,8 @@ class Submission:
     """What a hidden check sees of a submission: a way to evaluate its names on our inputs."""
 
     def __init__(
-        self, session, nb, exchange_dir: Path, forbid: tuple[str, ...] = (), call_timeout=60
+        self, session, nb, exchange_dir: Path, forbid: tuple[str, ...] = (),
+        call_timeout: float = Limits.call_timeout,
     ):
         self._session = session
         self._nb = nb
@@ -119,6 +121,10 @@ class Submission:
         init=None,
         **fields,
     ) -> Any:
+        # First: a kernel that crashed, hangs or filled its storage is restarted here,
+        # on empty storage, before this request's files are written into it.
+        if not self._session.ensure_alive(self._nb):
+            raise SubmissionError("the kernel is not running (it crashed or was stopped earlier)")
         n = next(self._counter)
         tensors: dict[str, torch.Tensor] = {}
         request = {"kind": kind, **fields}
@@ -163,8 +169,6 @@ class Submission:
         return _decode(reply.get("result"), result_tensors, 0)
 
     def _run_in_kernel(self, code: str, timeout: float) -> None:
-        if not self._session.ensure_alive(self._nb):
-            raise SubmissionError("the kernel is not running (it crashed or was stopped earlier)")
         try:
             content = self._session.execute_silently(code, timeout=timeout)
         except TimeoutError:

@@ -1,27 +1,30 @@
 """Grade one notebook of one submission: execute it sandboxed, then run the hidden checks.
 
 This is the unit of work that runs in parallel (a local process pool or a Dask
-worker). It takes a plain dict (the *job*) and returns a plain dict (the
-*result*), touches nothing but a private temporary directory, and never writes
-the gradebook: the single writer in :mod:`autograder.gradebook` does that.
+worker). It takes a :class:`~autograder.jobs.Job` and returns a
+:class:`~autograder.jobs.NotebookResult`, touches nothing but the submission's own
+capped storage, and never writes the gradebook: the single writer in
+:mod:`autograder.gradebook` does that.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from . import forkserver, kernel_side
-from .execute import KernelSession, prepare_workdir
+from . import kernel_side
+from .execute import KernelSession
+from .jobs import CheckRecord, Job, NotebookResult
+from .limits import Limits
 from .protocol import Submission
-from .sandbox import Limits, isolation_level, sandbox_slot
+from .sandbox import bwrap_path, isolation_level
+from .slots import sandbox_slot
+from .storage import caps_in_force
 
 
 class _CheckPlugin:
@@ -29,7 +32,7 @@ class _CheckPlugin:
 
     def __init__(self, submission: Submission):
         self._submission = submission
-        self.records: list[dict] = []
+        self.records: list[CheckRecord] = []
 
     def pytest_configure(self, config):
         for marker in ("grade_cell(id)", "weight(w)", "pitfall(text)", "structural"):
@@ -56,23 +59,20 @@ class _CheckPlugin:
                     if isinstance(exc, AssertionError) and str(exc)
                     else (f"{type(exc).__name__}: {exc}")
                 )
-            self.records.append(
-                {
-                    "id": item.nodeid.split("::", 1)[-1],
-                    "module": Path(str(item.fspath)).stem,
-                    "description": doc
-                    + (f" [{item.callspec.id}]" if hasattr(item, "callspec") else ""),
-                    "grade_cell": cell.args[0] if cell else None,
-                    "weight": float(weight.args[0]) if weight else 1.0,
-                    "pitfall": pitfall.args[0] if pitfall else None,
-                    "structural": item.get_closest_marker("structural") is not None,
-                    "passed": report.outcome == "passed",
-                    "message": message.split("\nassert ")[0][:1500],
-                }
-            )
+            self.records.append(CheckRecord(
+                id=item.nodeid.split("::", 1)[-1],
+                module=Path(str(item.fspath)).stem,
+                description=doc + (f" [{item.callspec.id}]" if hasattr(item, "callspec") else ""),
+                grade_cell=cell.args[0] if cell else None,
+                weight=float(weight.args[0]) if weight else 1.0,
+                pitfall=pitfall.args[0] if pitfall else None,
+                structural=item.get_closest_marker("structural") is not None,
+                passed=report.outcome == "passed",
+                message=message.split("\nassert ")[0][:1500],
+            ))
 
 
-def run_checks(checks_dir: Path, submission: Submission) -> list[dict]:
+def run_checks(checks_dir: Path, submission: Submission) -> list[CheckRecord]:
     """Run the hidden pytest checks in this process against ``submission``."""
     plugin = _CheckPlugin(submission)
     args = [
@@ -106,76 +106,53 @@ def run_checks(checks_dir: Path, submission: Submission) -> list[dict]:
     return plugin.records
 
 
-def grade_notebook(job: dict) -> dict:
-    """Execute and check one notebook. ``job`` keys: student, assignment, notebook_id,
-    notebook (nbformat dict, already sanitised), submission_dir, test_cell_ids,
-    checks_dir (the hidden checks), cell_timeout, submission_timeout,
-    forbid, hidden (paths to keep out of the sandbox), memory_bytes."""
+def describe_isolation(limits: Limits) -> str:
+    """The isolation line: the sandbox in force and the caps, with what holds each."""
+    return f"{isolation_level()}; caps: {caps_in_force(limits, bwrap_path() is not None)}"
+
+
+def grade_notebook(job: Job) -> NotebookResult:
+    """Execute and check one notebook of one submission."""
     with sandbox_slot() as slot:
         return _grade_notebook(job, slot)
 
 
-def _grade_notebook(job: dict, slot: int) -> dict:
+def _grade_notebook(job: Job, slot: int) -> NotebookResult:
     started = time.monotonic()
-    nb = nbformat.from_dict(job["notebook"])
-    test_ids = set(job.get("test_cell_ids", []))
-    # Inside this worker's scratch root, where its fork server can reach it.
-    scratch = Path(tempfile.mkdtemp(prefix="submission-", dir=forkserver.scratch_root()))
-    workdir = scratch / "work"
-    prepare_workdir(Path(job["submission_dir"]), workdir, job["notebook_id"] + ".ipynb")
-    limits = Limits(address_space=int(job.get("memory_bytes", Limits.address_space)))
-    session = KernelSession(
-        workdir,
-        cell_timeout=job.get("cell_timeout", 60),
-        submission_timeout=job.get("submission_timeout", 600),
-        limits=limits,
-        slot=slot,
-        hidden=tuple(Path(p) for p in job.get("hidden", [])),
-    )
-    records: list[dict] = []
-    error = None
-    timings: dict[str, float] = {}
+    nb = nbformat.from_dict(job.notebook)
+    result = NotebookResult(job.student, job.assignment, job.notebook_id, nb,
+                            findings=list(job.findings), isolation=describe_isolation(job.limits))
     mark = time.monotonic()
 
     def lap(name):
         nonlocal mark
         now = time.monotonic()
-        timings[name] = round(now - mark, 3)
+        result.timings[name] = round(now - mark, 3)
         mark = now
 
+    session = None
     try:
+        session = KernelSession(job.limits, slot=slot, hidden=job.hidden,
+                                submission_dir=job.submission_dir,
+                                notebook_name=f"{job.notebook_id}.ipynb")
         session.start(nb)
         lap("kernel_start")
+        test_ids = set(job.test_cell_ids)
         session.run_notebook(
             nb, skip=lambda cell: cell.metadata.get("nbgrader", {}).get("grade_id") in test_ids
         )
         lap("notebook")
         if session.alive():
             session.install_bridge(Path(kernel_side.__file__).read_text())
-        submission = Submission(
-            session,
-            nb,
-            workdir / ".autograder",
-            forbid=tuple(job.get("forbid", [])),
-            call_timeout=job.get("call_timeout", 60),
-        )
-        records = run_checks(Path(job["checks_dir"]), submission)
+        submission = Submission(session, nb, session.storage.exchange_dir, forbid=job.forbid,
+                                call_timeout=job.limits.call_timeout)
+        result.checks = run_checks(Path(job.checks_dir), submission)
         lap("checks")
     except Exception as exc:  # the grader must survive any submission
-        error = f"{type(exc).__name__}: {exc}"[:1000]
+        result.events.append(f"grading error: {type(exc).__name__}: {exc}"[:1000])
     finally:
-        session.shutdown()
-        shutil.rmtree(scratch, ignore_errors=True)
-    if error:
-        session.events.append(f"grading error: {error}")
-    return {
-        "student": job["student"],
-        "assignment": job["assignment"],
-        "notebook_id": job["notebook_id"],
-        "notebook": nb,
-        "checks": records,
-        "events": session.events,
-        "isolation": isolation_level(),
-        "seconds": round(time.monotonic() - started, 2),
-        "timings": timings,
-    }
+        if session is not None:
+            session.close()
+            result.events[:0] = session.events
+    result.seconds = round(time.monotonic() - started, 2)
+    return result

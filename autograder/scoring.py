@@ -10,23 +10,24 @@ from __future__ import annotations
 
 import html
 
+from .jobs import CheckRecord
 
-def score_cells(points: dict[str, float], checks: list[dict]) -> dict[str, dict]:
+
+def score_cells(points: dict[str, float], checks: list[CheckRecord]) -> dict[str, dict]:
     """``{grade_id: {"score", "max_score", "passed", "total", "checks": [...]}}``."""
     table = {}
     for grade_id, max_score in points.items():
-        mine = [c for c in checks if c.get("grade_cell") == grade_id]
-        total = sum(c["weight"] for c in mine)
+        mine = [c for c in checks if c.grade_cell == grade_id]
+        total = sum(c.weight for c in mine)
         # Structural checks (names, shapes, error handling) earn points only next to
         # at least one passing value check: names alone are not an implementation.
-        values_ok = any(c["passed"] and not c.get("structural") for c in mine)
-        passed = sum(c["weight"] for c in mine
-                     if c["passed"] and (values_ok or not c.get("structural")))
+        values_ok = any(c.passed and not c.structural for c in mine)
+        passed = sum(c.weight for c in mine if c.passed and (values_ok or not c.structural))
         score = round(max_score * passed / total, 4) if total else 0.0
         table[grade_id] = {
             "score": score,
             "max_score": float(max_score),
-            "passed": sum(1 for c in mine if c["passed"]),
+            "passed": sum(1 for c in mine if c.passed),
             "total": len(mine),
             "checks": mine,
         }
@@ -45,9 +46,9 @@ def cell_report_markdown(grade_id: str, entry: dict) -> str:
             "- no result: the checks could not run for this submission (see the notes above)"
         )
     for check in entry["checks"]:
-        mark = "✔" if check["passed"] else "✘"
-        line = f"- {mark} {html.escape(check['description'])}"
-        if not check["passed"] and check.get("message"):
-            line += f"  \n  {html.escape(check['message'])}"
+        mark = "✔" if check.passed else "✘"
+        line = f"- {mark} {html.escape(check.description)}"
+        if not check.passed and check.message:
+            line += f"  \n  {html.escape(check.message)}"
         lines.append(line)
     return "\n".join(lines)

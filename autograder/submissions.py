@@ -183,11 +183,11 @@ def run_prepare(spec: AssignmentSpec, folder: Path, student: str, scratch: Path)
     try:
         done = subprocess.run(
             [sys.executable, str(script), student], cwd=folder, env=env,
-            capture_output=True, text=True, timeout=spec.submission_timeout,
+            capture_output=True, text=True, timeout=spec.limits.submission_timeout,
         )
     except subprocess.TimeoutExpired:
-        print(f"prepare {student}: {spec.prepare} stopped after {spec.submission_timeout:g}s",
-              file=sys.stderr)
+        limit = spec.limits.submission_timeout
+        print(f"prepare {student}: {spec.prepare} stopped after {limit:g}s", file=sys.stderr)
         return False
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
