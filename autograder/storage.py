@@ -10,10 +10,11 @@ working directory             ``workdir_bytes`` and ``max_files``
 ============================  ==============================================
 
 **As root** (this is how CI and a grading server run) the grader mounts three tmpfs
-filesystems of exactly those sizes and inode counts in the submission's scratch folder; the sandbox shows them at the working directory's
-path, ``/tmp`` and ``/dev/shm``. Linux holds every cap: a write past it fails with
-``ENOSPC``. They live in memory, so their sizes are part of the submission's memory
-budget (:meth:`Limits.address_space`), and unmounting them gives every byte back.
+filesystems of exactly those sizes and inode counts in the submission's scratch folder;
+the sandbox shows them at the working directory's path, ``/tmp`` and ``/dev/shm``. Linux
+holds every cap: a write past it fails with ``ENOSPC``. They live in memory, so their
+sizes are part of the submission's memory budget (:meth:`Limits.address_space`), and
+unmounting them gives every byte back.
 
 **As any other user** nothing can be mounted from outside: bubblewrap mounts ``/tmp``
 and ``/dev/shm`` itself, sized the same way (Linux still holds the byte caps), and the
