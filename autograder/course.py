@@ -59,6 +59,8 @@ class Mutant:
     find: str
     replace: str
     breaks: list[str]
+    #: What the student did, in a sentence for them; the diagnosis shows it in feedback.
+    explanation: str = ""
 
 
 @dataclasses.dataclass

@@ -73,6 +73,7 @@ def _job(
         "submission_dir": str(submission_dir),
         "test_cell_ids": sorted(auto_points),
         "checks_dir": str(spec.checks_dir()),
+        "assignment_dir": str(spec.path),
         "cell_timeout": spec.cell_timeout,
         "submission_timeout": spec.submission_timeout,
         "call_timeout": spec.call_timeout,

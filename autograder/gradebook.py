@@ -69,7 +69,7 @@ def record(
     ``{"notebook": sanitised-or-None, "checks": [], "events": [reason], ...}``.
     Returns the summary stored in our results file.
     """
-    table = score_cells(auto_points, outcome.get("checks", []))
+    table = score_cells(auto_points, outcome.get("checks", []), outcome.get("diagnoses", []))
     nb = outcome.get("notebook")
     autograded = course.path("autograded", student, spec.name)
     autograded.mkdir(parents=True, exist_ok=True)
@@ -122,6 +122,7 @@ def record(
         "notebook_id": notebook_id,
         "cells": {gid: {k: v for k, v in e.items() if k != "checks"} for gid, e in table.items()},
         "checks": outcome.get("checks", []),
+        "diagnoses": outcome.get("diagnoses", []),
         "events": outcome.get("events", []),
         "findings": outcome.get("findings", []),
         "manual_pending": [gid for gid, s in manual_scores.items() if s is None],

@@ -30,6 +30,18 @@ class _CheckPlugin:
     def __init__(self, submission: Submission):
         self._submission = submission
         self.records: list[dict] = []
+        #: ``module::test id`` -> the requests that check sent (for the diagnosis).
+        self.transcripts: dict[str, list] = {}
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        self._submission.transcript = []
+        try:
+            yield
+        finally:
+            key = f"{Path(str(item.fspath)).stem}::{item.nodeid.split('::', 1)[-1]}"
+            self.transcripts[key] = self._submission.transcript
+            self._submission.transcript = None
 
     def pytest_configure(self, config):
         for marker in ("grade_cell(id)", "weight(w)", "pitfall(text)", "structural"):
@@ -72,8 +84,10 @@ class _CheckPlugin:
             )
 
 
-def run_checks(checks_dir: Path, submission: Submission) -> list[dict]:
-    """Run the hidden pytest checks in this process against ``submission``."""
+def run_checks(checks_dir: Path, submission: Submission) -> tuple[list[dict], dict]:
+    """Run the hidden pytest checks in this process against ``submission``.
+
+    Returns the check records and, per check, the requests it made (its transcript)."""
     plugin = _CheckPlugin(submission)
     args = [
         str(checks_dir),
@@ -103,7 +117,22 @@ def run_checks(checks_dir: Path, submission: Submission) -> list[dict]:
         raise RuntimeError(
             f"the hidden checks could not run (pytest exit {code}): {out.getvalue()[-2000:]}"
         )
-    return plugin.records
+    return plugin.records, plugin.transcripts
+
+
+def _diagnose(job: dict, records: list[dict], transcripts: dict) -> list[dict]:
+    """Name the classic mistakes behind failing checks (see :mod:`autograder.diagnosis`)."""
+    if not job.get("assignment_dir") or all(r["passed"] for r in records):
+        return []
+    from .course import AssignmentSpec
+    from .diagnosis import annotate, diagnose
+    from .oracle import shared_oracle
+
+    folder = Path(job["assignment_dir"])
+    spec = AssignmentSpec.load(folder.name, folder.parent)
+    diagnoses = diagnose(spec, job["notebook_id"], records, transcripts, shared_oracle())
+    annotate(records, diagnoses)
+    return [d.as_dict() for d in diagnoses]
 
 
 def grade_notebook(job: dict) -> dict:
@@ -133,6 +162,7 @@ def _grade_notebook(job: dict, slot: int) -> dict:
         hidden=tuple(Path(p) for p in job.get("hidden", [])),
     )
     records: list[dict] = []
+    diagnoses: list[dict] = []
     error = None
     timings: dict[str, float] = {}
     mark = time.monotonic()
@@ -159,8 +189,13 @@ def _grade_notebook(job: dict, slot: int) -> dict:
             forbid=tuple(job.get("forbid", [])),
             call_timeout=job.get("call_timeout", 60),
         )
-        records = run_checks(Path(job["checks_dir"]), submission)
+        records, transcripts = run_checks(Path(job["checks_dir"]), submission)
         lap("checks")
+        try:
+            diagnoses = _diagnose(job, records, transcripts)
+        except Exception as exc:  # a diagnosis is a courtesy: never let it cost a grade
+            session.events.append(f"no diagnosis: {type(exc).__name__}: {exc}"[:300])
+        lap("diagnosis")
     except Exception as exc:  # the grader must survive any submission
         error = f"{type(exc).__name__}: {exc}"[:1000]
     finally:
@@ -174,6 +209,7 @@ def _grade_notebook(job: dict, slot: int) -> dict:
         "notebook_id": job["notebook_id"],
         "notebook": nb,
         "checks": records,
+        "diagnoses": diagnoses,
         "events": session.events,
         "isolation": isolation_level(),
         "seconds": round(time.monotonic() - started, 2),

@@ -11,8 +11,11 @@ from __future__ import annotations
 import html
 
 
-def score_cells(points: dict[str, float], checks: list[dict]) -> dict[str, dict]:
-    """``{grade_id: {"score", "max_score", "passed", "total", "checks": [...]}}``."""
+def score_cells(
+    points: dict[str, float], checks: list[dict], diagnoses: list[dict] = ()
+) -> dict[str, dict]:
+    """``{grade_id: {"score", "max_score", "passed", "total", "checks", "diagnoses",
+    "attempted"}}``; ``diagnoses`` are :meth:`autograder.diagnosis.Diagnosis.as_dict`."""
     table = {}
     for grade_id, max_score in points.items():
         mine = [c for c in checks if c.get("grade_cell") == grade_id]
@@ -29,12 +32,24 @@ def score_cells(points: dict[str, float], checks: list[dict]) -> dict[str, dict]
             "passed": sum(1 for c in mine if c["passed"]),
             "total": len(mine),
             "checks": mine,
+            "diagnoses": [d for d in diagnoses if d["grade_cell"] == grade_id],
+            "attempted": attempted(mine),
         }
     return table
 
 
+def attempted(checks: list[dict]) -> bool:
+    """False when every check of an exercise failed on an unimplemented stub."""
+    return not checks or any(
+        c["passed"] or "NotImplementedError" not in (c.get("message") or "") for c in checks)
+
+
 def cell_report_markdown(grade_id: str, entry: dict) -> str:
-    """The report written into an autograded test cell (shown in formgrader and feedback)."""
+    """The report written into an autograded test cell (shown in formgrader and feedback).
+
+    A diagnosed mistake comes first, with the failing checks it explains listed under it
+    (their own hints would point elsewhere); then the other checks.
+    """
     lines = [
         f"**Hidden checks for `{grade_id}`: {entry['score']:g} / {entry['max_score']:g} points**"
         f" ({entry['passed']} of {entry['total']} checks passed)",
@@ -44,10 +59,26 @@ def cell_report_markdown(grade_id: str, entry: dict) -> str:
         lines.append(
             "- no result: the checks could not run for this submission (see the notes above)"
         )
+    elif not entry.get("attempted", True):
+        lines.append("- not attempted yet: the exercise still raises NotImplementedError")
+    explained = set()
+    for diagnosis in entry.get("diagnoses", []):
+        lines.append(f"- **Diagnosis:** {html.escape(diagnosis['message'])}")
+        mine = [c for c in entry["checks"] if check_key(c) in diagnosis["checks"]]
+        for check in mine:
+            lines.append(f"  - ✘ {html.escape(check['description'])}")
+        explained |= {check_key(c) for c in mine}
     for check in entry["checks"]:
+        if check_key(check) in explained:
+            continue
         mark = "✔" if check["passed"] else "✘"
         line = f"- {mark} {html.escape(check['description'])}"
         if not check["passed"] and check.get("message"):
             line += f"  \n  {html.escape(check['message'])}"
         lines.append(line)
     return "\n".join(lines)
+
+
+def check_key(check: dict) -> str:
+    """A check's name, unique within an assignment: ``module::test id``."""
+    return f"{check.get('module', '')}::{check['id']}"
