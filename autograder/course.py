@@ -25,6 +25,8 @@ import jupytext
 import nbformat
 import tomllib
 
+from .release_steps import GENERATE_ASSIGNMENT_PREPROCESSORS
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Instructors keep assignments elsewhere with AUTOGRADER_ASSIGNMENTS=/path (read at `init`).
 ASSIGNMENTS_DIR = Path(os.environ.get("AUTOGRADER_ASSIGNMENTS", PROJECT_ROOT / "assignments"))
@@ -43,6 +45,8 @@ c.ClearSolutions.code_stub = {{"python": "# YOUR CODE HERE\\nraise NotImplemente
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # Hidden checks live in the autograder, not in notebooks: nothing to strip or restore.
 c.GenerateAssignment.preprocessors_exclude = []
+# Stubs that name their exercise, and Run All that reaches the end (autograder.release_steps).
+c.GenerateAssignment.preprocessors = {release_steps!r}
 c.Exchange.root = {exchange!r}
 """
 
@@ -181,6 +185,7 @@ class Course:
             course_id=COURSE_ID,
             db_url=self.db_url,
             exchange=str(self.root / "exchange"),
+            release_steps=GENERATE_ASSIGNMENT_PREPROCESSORS,
         )
         (self.root / "nbgrader_config.py").write_text(config)
         settings = {"assignments_dir": str(self.assignments_dir)}
@@ -221,6 +226,7 @@ class Course:
         }
         config.ClearSolutions.text_stub = "YOUR ANSWER HERE"
         config.Exchange.root = str(self.root / "exchange")
+        config.GenerateAssignment.preprocessors = GENERATE_ASSIGNMENT_PREPROCESSORS
         coursedir = CourseDirectory(config=config)
         return NbGraderAPI(coursedir=coursedir, config=config)
 
