@@ -44,7 +44,7 @@ class _CheckPlugin:
             self._submission.transcript = None
 
     def pytest_configure(self, config):
-        for marker in ("grade_cell(id)", "weight(w)", "pitfall(text)", "structural"):
+        for marker in ("grade_cell(id)", "weight(w)", "pitfall(text)", "structural", "property"):
             config.addinivalue_line("markers", marker)
 
     @pytest.fixture
@@ -78,6 +78,7 @@ class _CheckPlugin:
                     "weight": float(weight.args[0]) if weight else 1.0,
                     "pitfall": pitfall.args[0] if pitfall else None,
                     "structural": item.get_closest_marker("structural") is not None,
+                    "property": item.get_closest_marker("property") is not None,
                     "passed": report.outcome == "passed",
                     "message": message.split("\nassert ")[0][:1500],
                 }

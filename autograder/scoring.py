@@ -1,8 +1,11 @@
 """Step 4 of grading: turn check results into points per nbgrader grade cell.
 
 A grade cell's score is ``points x (weight of passed checks) / (weight of all its
-checks)``; checks marked ``structural`` count only when a value check of the same
-cell passes. Only the hidden checks count: what a test cell printed in the
+checks)``. Two kinds of checks count only when a value check of the same cell passes:
+``structural`` ones (names, shapes, error handling: names alone are not an
+implementation) and ``property`` ones (invariances such as "the future never changes
+the past" or "shuffling the input shuffles the output", which a constant answer
+satisfies trivially). Only the hidden checks count: what a test cell printed in the
 student's kernel, warnings on stderr included, never costs or earns points.
 """
 
@@ -20,11 +23,10 @@ def score_cells(
     for grade_id, max_score in points.items():
         mine = [c for c in checks if c.get("grade_cell") == grade_id]
         total = sum(c["weight"] for c in mine)
-        # Structural checks (names, shapes, error handling) earn points only next to
-        # at least one passing value check: names alone are not an implementation.
-        values_ok = any(c["passed"] and not c.get("structural") for c in mine)
-        passed = sum(c["weight"] for c in mine
-                     if c["passed"] and (values_ok or not c.get("structural")))
+        # Structural and property checks earn points only next to at least one passing
+        # value check: names, shapes and invariances alone are not an implementation.
+        values_ok = any(c["passed"] and not gated(c) for c in mine)
+        passed = sum(c["weight"] for c in mine if c["passed"] and (values_ok or not gated(c)))
         score = round(max_score * passed / total, 4) if total else 0.0
         table[grade_id] = {
             "score": score,
@@ -36,6 +38,11 @@ def score_cells(
             "attempted": attempted(mine),
         }
     return table
+
+
+def gated(check: dict) -> bool:
+    """A check that counts only when a value check of its cell passes."""
+    return bool(check.get("structural") or check.get("property"))
 
 
 def attempted(checks: list[dict]) -> bool:

@@ -33,6 +33,9 @@ def expectations(spec, records: list[dict]) -> list[dict]:
     )
     stub = by_student.get("stub")
     row("stub", "zero", stub and stub["score"] == 0, _score(stub) + _failures(stub, passed=True))
+    constant = by_student.get("constant")
+    row("constant", "zero (constant answers of the right shape)",
+        constant and constant["score"] == 0, _score(constant) + _passes(constant))
     for mutant in spec.mutants:
         student = f"mutant-{mutant.name}"
         rec = by_student.get(student)
@@ -59,6 +62,14 @@ def expectations(spec, records: list[dict]) -> list[dict]:
 
 def _score(rec) -> str:
     return "not graded" if rec is None else f"{rec['score']:g}/{rec['max_score']:g}"
+
+
+def _passes(rec) -> str:
+    """Where a degenerate submission still earned points (the checks to gate)."""
+    if rec is None:
+        return ""
+    earned = [g for g, ex in rec["exercises"].items() if ex["score"] > 0]
+    return f"; earned points on {', '.join(earned)}" if earned else ""
 
 
 def _failures(rec, passed=False) -> str:
