@@ -25,6 +25,7 @@ import jupytext
 import nbformat
 import tomllib
 
+from .feedback import FEEDBACK_EXPORTER, GENERATE_FEEDBACK_PREPROCESSORS
 from .formgrader_bridge import AUTOGRADE_PREPROCESSORS
 from .release_steps import GENERATE_ASSIGNMENT_PREPROCESSORS
 
@@ -52,6 +53,10 @@ c.Exchange.root = {exchange!r}
 # Formgrader's "Autograde" and `nbgrader autograde` grade with `autograder grade`
 # (sandbox, hidden checks), never with plain nbgrader (autograder.formgrader_bridge).
 c.Autograde.autograde_preprocessors = {autograde!r}
+# Feedback pages name each exercise, show automatic and written points apart, draw maths
+# offline (autograder.feedback).
+c.GenerateFeedback.exporter_class = {feedback_exporter!r}
+c.GenerateFeedback.preprocessors = {feedback_steps!r}
 """
 
 
@@ -200,6 +205,8 @@ class Course:
             exchange=str(self.exchange),
             release_steps=GENERATE_ASSIGNMENT_PREPROCESSORS,
             autograde=AUTOGRADE_PREPROCESSORS,
+            feedback_exporter=FEEDBACK_EXPORTER,
+            feedback_steps=GENERATE_FEEDBACK_PREPROCESSORS,
         )
         (self.root / "nbgrader_config.py").write_text(config)
         settings = {"assignments_dir": str(self.assignments_dir)}
@@ -241,6 +248,8 @@ class Course:
         config.ClearSolutions.text_stub = "YOUR ANSWER HERE"
         config.Exchange.root = str(self.exchange)
         config.GenerateAssignment.preprocessors = GENERATE_ASSIGNMENT_PREPROCESSORS
+        config.GenerateFeedback.exporter_class = FEEDBACK_EXPORTER
+        config.GenerateFeedback.preprocessors = GENERATE_FEEDBACK_PREPROCESSORS
         coursedir = CourseDirectory(config=config)
         return NbGraderAPI(coursedir=coursedir, config=config)
 
