@@ -26,9 +26,18 @@ def cmd_release(args) -> int:
     course = _course(args)
     if not (course.root / "nbgrader_config.py").exists():
         course.init()
+    if args.student_toolkit:
+        from .student_build import build_student_toolkit
+
+        wheel = build_student_toolkit(course.root / "student-toolkit", course.assignments_dir,
+                                      unlocked=args.unlock or [])
+        print(f"Student toolkit: {wheel}")
+        print("Students install it with: pip install " + str(wheel))
+        if not (args.all or args.name):
+            return 0
     names = available_assignments(course.assignments_dir) if args.all else [args.name]
     if not names or names == [None]:
-        raise CourseError("name an assignment or pass --all")
+        raise CourseError("name an assignment, or pass --all or --student-toolkit")
     for name in names:
         print(f"Released {name}: {course.release(name, exchange=not args.no_exchange)}")
     if not args.no_exchange:
@@ -134,6 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="release every assignment")
     p.add_argument("--no-exchange", action="store_true",
                    help="only write release/; do not publish to nbgrader's exchange")
+    p.add_argument("--student-toolkit", action="store_true",
+                   help="build the wheel students install: the toolkit with the exercises of "
+                        "every locked assignment as stubs (written to <course>/student-toolkit/)")
+    p.add_argument("--unlock", action="append", metavar="NAME",
+                   help="with --student-toolkit: include this assignment's solutions "
+                        "(after its deadline; repeatable)")
     p = add("collect", cmd_collect, "copy what students submitted via the exchange to submitted/")
     p.add_argument("name", help="the assignment to collect")
     p = add("grade", cmd_grade, "grade submissions (sandboxed kernels, hidden checks)")
