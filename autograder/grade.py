@@ -53,6 +53,7 @@ def _job(
         submission_dir=submission_dir,
         test_cell_ids=tuple(sorted(auto_points)),
         checks_dir=spec.checks_dir(),
+        assignment_dir=spec.path,
         limits=spec.limits,
         forbid=tuple(spec.forbid),
         hidden=(course.root, course.assignments_dir, spec.checks_dir()),

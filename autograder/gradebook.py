@@ -142,7 +142,7 @@ def record(
     changed nothing, when the workspace's disk has no room for it.
     """
     student, notebook_id = result.student, result.notebook_id
-    table = score_cells(auto_points, result.checks)
+    table = score_cells(auto_points, result.checks, result.diagnoses)
     nb = result.notebook
     autograded = course.path("autograded", student, spec.name)
     extra = [item for item in (submission_dir.iterdir() if submission_dir.is_dir() else [])
@@ -173,6 +173,7 @@ def record(
         "notebook_id": notebook_id,
         "cells": {gid: {k: v for k, v in e.items() if k != "checks"} for gid, e in table.items()},
         "checks": [check.as_dict() for check in result.checks],
+        "diagnoses": result.diagnoses,
         "events": result.events,
         "findings": result.findings,
         "manual_pending": [gid for gid, s in manual_scores.items() if s is None],

@@ -34,6 +34,8 @@ class Job:
     test_cell_ids: tuple[str, ...]
     #: The hidden pytest checks.
     checks_dir: Path
+    #: The assignment's folder: its named mutants let the diagnosis name a mistake.
+    assignment_dir: Path | None = None
     limits: Limits = dataclasses.field(default_factory=Limits)
     #: Functions the student's code may not call while the checks run.
     forbid: tuple[str, ...] = ()
@@ -55,10 +57,16 @@ class CheckRecord:
     weight: float = 1.0
     #: The named mistake this check points to, for the item analysis.
     pitfall: str | None = None
-    #: Counts only when a value check of the same grade cell passes.
+    #: Counts only when a value check of the same grade cell passes (names, shapes,
+    #: error handling).
     structural: bool = False
+    #: Counts only when a value check of the same grade cell passes: an invariance a
+    #: constant answer satisfies ("the future never changes the past").
+    property: bool = False
     passed: bool = False
     message: str = ""
+    #: The named mistake (a mutant's name) the diagnosis found behind this failure.
+    cause: str | None = None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -82,6 +90,8 @@ class NotebookResult:
     #: Time-outs, restarts, caps reached, processes killed: notes for the report.
     events: list[str] = dataclasses.field(default_factory=list)
     findings: list[str] = dataclasses.field(default_factory=list)
+    #: Named mistakes that explain failing checks (autograder.diagnosis.Diagnosis.as_dict).
+    diagnoses: list[dict] = dataclasses.field(default_factory=list)
     #: The isolation and the caps that were in force (printed in the feedback).
     isolation: str = ""
     seconds: float = 0.0

@@ -33,9 +33,21 @@ class _CheckPlugin:
     def __init__(self, submission: Submission):
         self._submission = submission
         self.records: list[CheckRecord] = []
+        #: ``module::test id`` -> the requests that check sent (for the diagnosis).
+        self.transcripts: dict[str, list] = {}
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        self._submission.transcript = []
+        try:
+            yield
+        finally:
+            key = f"{Path(str(item.fspath)).stem}::{item.nodeid.split('::', 1)[-1]}"
+            self.transcripts[key] = self._submission.transcript
+            self._submission.transcript = None
 
     def pytest_configure(self, config):
-        for marker in ("grade_cell(id)", "weight(w)", "pitfall(text)", "structural"):
+        for marker in ("grade_cell(id)", "weight(w)", "pitfall(text)", "structural", "property"):
             config.addinivalue_line("markers", marker)
 
     @pytest.fixture
@@ -67,13 +79,16 @@ class _CheckPlugin:
                 weight=float(weight.args[0]) if weight else 1.0,
                 pitfall=pitfall.args[0] if pitfall else None,
                 structural=item.get_closest_marker("structural") is not None,
+                property=item.get_closest_marker("property") is not None,
                 passed=report.outcome == "passed",
                 message=message.split("\nassert ")[0][:1500],
             ))
 
 
-def run_checks(checks_dir: Path, submission: Submission) -> list[CheckRecord]:
-    """Run the hidden pytest checks in this process against ``submission``."""
+def run_checks(checks_dir: Path, submission: Submission) -> tuple[list[CheckRecord], dict]:
+    """Run the hidden pytest checks in this process against ``submission``.
+
+    Returns the check records and, per check, the requests it made (its transcript)."""
     plugin = _CheckPlugin(submission)
     args = [
         str(checks_dir),
@@ -103,7 +118,22 @@ def run_checks(checks_dir: Path, submission: Submission) -> list[CheckRecord]:
         raise RuntimeError(
             f"the hidden checks could not run (pytest exit {code}): {out.getvalue()[-2000:]}"
         )
-    return plugin.records
+    return plugin.records, plugin.transcripts
+
+
+def _diagnose(job: Job, result: NotebookResult, transcripts: dict) -> None:
+    """Name the classic mistakes behind failing checks (see :mod:`autograder.diagnosis`)."""
+    if job.assignment_dir is None or all(c.passed for c in result.checks):
+        return
+    from .course import AssignmentSpec
+    from .diagnosis import annotate, diagnose
+    from .oracle import shared_oracle
+
+    folder = Path(job.assignment_dir)
+    spec = AssignmentSpec.load(folder.name, folder.parent)
+    diagnoses = diagnose(spec, job.notebook_id, result.checks, transcripts, shared_oracle())
+    annotate(result.checks, diagnoses)
+    result.diagnoses = [d.as_dict() for d in diagnoses]
 
 
 def describe_isolation(limits: Limits) -> str:
@@ -146,8 +176,13 @@ def _grade_notebook(job: Job, slot: int) -> NotebookResult:
             session.install_bridge(Path(kernel_side.__file__).read_text())
         submission = Submission(session, nb, session.storage.exchange_dir, forbid=job.forbid,
                                 call_timeout=job.limits.call_timeout)
-        result.checks = run_checks(Path(job.checks_dir), submission)
+        result.checks, transcripts = run_checks(Path(job.checks_dir), submission)
         lap("checks")
+        try:
+            _diagnose(job, result, transcripts)
+        except Exception as exc:  # a diagnosis is a courtesy: it never costs a grade
+            result.events.append(f"no diagnosis: {type(exc).__name__}: {exc}"[:300])
+        lap("diagnosis")
     except Exception as exc:  # the grader must survive any submission
         result.events.append(f"grading error: {type(exc).__name__}: {exc}"[:1000])
     finally:

@@ -90,6 +90,7 @@ def test_shift_is_a_fixed_rotation(submission):
                           "so that a shift by k rotates it by k w_i")
 
 
+@pytest.mark.property
 def test_dot_products_depend_only_on_offset(submission):
     """PE(m) . PE(n) depends only on m - n (the Gram matrix is constant along diagonals)."""
     pe = _table64(submission, 48, 16)

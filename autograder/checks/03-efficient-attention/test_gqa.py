@@ -189,6 +189,7 @@ def test_cached_decoding_equals_full_pass(submission):
         raise CheckFailure(f"after 7 tokens the cache holds {length}")
 
 
+@pytest.mark.structural
 @pytest.mark.pitfall(OVERWRITE)
 def test_cache_holds_only_kv_heads(submission):
     """The cache stores (B, n_kv_heads, T, d_head) keys and values: GQA's saving."""

@@ -135,6 +135,7 @@ def test_rope_settings_respected(submission):
 
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(LEAK)
+@pytest.mark.property
 def test_no_future_leak(submission):
     """Changing the inputs at positions >= t never changes the outputs before t."""
     config = _config("modern", n_kv_heads=2)

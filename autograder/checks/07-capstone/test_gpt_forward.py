@@ -134,6 +134,7 @@ def test_ignored_targets(submission):
 
 
 @pytest.mark.pitfall(TYING)
+@pytest.mark.structural
 def test_head_shares_the_embedding(submission):
     """lm_head.weight is wte.weight: one Parameter, counted once."""
     code = """
@@ -186,6 +187,7 @@ def test_unembedding_transpose(submission):
 
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(LEAK)
+@pytest.mark.property
 def test_no_future_leak(submission):
     """Changing tokens at positions >= t never changes the logits before t."""
     config = _config("modern")

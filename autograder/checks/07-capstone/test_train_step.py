@@ -125,6 +125,7 @@ def test_one_step_matches_reference(submission):
 
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(ZERO)
+@pytest.mark.property
 def test_steps_do_not_accumulate(submission):
     """Three steps on three batches: each step uses only its own batch's gradient."""
     state, batches = _initial_state(3), _batches(3, 4)
