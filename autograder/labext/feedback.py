@@ -70,6 +70,12 @@ def student_message(record: dict) -> tuple[str | None, str | None]:
     return scrub(text) or "this check failed", hint
 
 
+def _ran(record: dict) -> bool:
+    """Whether the student's code ran and gave an answer (that the check judged)."""
+    message = record.get("message") or ""
+    return not message.startswith(("SubmissionError:", "ForbiddenShortcut:"))
+
+
 def _submission_error(text: str) -> str:
     """The student's code raised: say which exception, and where its message says so."""
     first = text.strip().splitlines()[0] if text.strip() else ""
@@ -129,8 +135,9 @@ def student_view(trusted: dict, visibility: str, order: list[str] | None = None)
                         "passed": bool(record.get("passed")),
                         "message": message,
                         "hint": hint,
+                        # The mistake a check points to, once the code runs at all.
                         "pitfall": (record.get("pitfall") if visibility == "full"
-                                    and not record.get("passed") else None),
+                                    and not record.get("passed") and _ran(record) else None),
                     })
             exercises.append({
                 "name": grade_id,

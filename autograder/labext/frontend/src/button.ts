@@ -22,8 +22,8 @@ export class CheckButton extends Widget {
     button.title = 'Grade your saved notebook with the hidden checks (records nothing)';
     button.setAttribute('data-command', 'transformers-course:check');
     this.icon = document.createElement('span');
-    this.icon.className = 'jp-ToolbarButtonComponent-icon tc-buttonIcon';
     checkIcon.element({ container: this.icon });
+    this.icon.classList.add('jp-ToolbarButtonComponent-icon', 'tc-buttonIcon');
     this.label = document.createElement('span');
     this.label.className = 'jp-ToolbarButtonComponent-label';
     this.label.textContent = 'Check my work';

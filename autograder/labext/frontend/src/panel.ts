@@ -11,6 +11,8 @@ import { Checker, format, ICheckEvent } from './checker';
 import { checkIcon, courseIcon } from './icons';
 import { revealExercise } from './reveal';
 
+const MAX_CHECKS = 3;
+
 const STATUS_TEXT: Record<string, string> = {
   unchecked: 'not checked',
   failing: 'failing',
@@ -159,13 +161,16 @@ export class CoursePanel extends Widget {
     }
     if (a.released && path) {
       const actions = el('div', 'tc-actions');
-      const openButton = el('button', 'jp-Button jp-mod-styled jp-mod-reject', 'Open');
+      const openButton = el('button', 'tc-button', 'Open');
       openButton.onclick = () => void this.app.commands.execute('docmanager:open', { path });
       actions.append(openButton);
       if (a.visibility !== 'off') {
-        const check = el('button', 'jp-Button jp-mod-styled jp-mod-accept tc-checkButton');
-        checkIcon.element({ container: check, tag: 'span', className: 'tc-buttonIcon' });
-        check.append(el('span', '', checking ? 'Checking…' : 'Check my work'));
+        const check = el('button', 'tc-button tc-mod-primary tc-checkButton');
+        // (an icon's element() takes over its container's classes: give it its own span)
+        const icon = el('span');
+        checkIcon.element({ container: icon });
+        icon.classList.add('tc-buttonIcon');
+        check.append(icon, el('span', '', checking ? 'Checking…' : 'Check my work'));
         check.disabled = this.checker.running !== null;
         check.onclick = () => void this.checker.check(path);
         actions.append(check);
@@ -235,12 +240,29 @@ export class CoursePanel extends Widget {
     item.append(row);
     item.append(el('div', 'tc-exerciseStatus', `${e.name} · ${STATUS_TEXT[e.status]}`));
     const failed = e.checks.filter(c => !c.passed);
-    if (failed.length) {
+    const messages = new Set(failed.map(c => c.message));
+    if (failed.length > 1 && messages.size === 1 && failed[0].message) {
+      // One cause behind every failure (say, the function is not written yet): say it once.
+      item.append(el('div', 'tc-checkMessage tc-shared', failed[0].message));
+    } else if (failed.length) {
+      const shown = this.showAll.has(e.name) ? failed : failed.slice(0, MAX_CHECKS);
       const checks = el('ul', 'tc-checks');
-      for (const check of failed) {
+      for (const check of shown) {
         checks.append(renderCheck(check));
       }
       item.append(checks);
+      if (shown.length < failed.length) {
+        const more = el('a', 'tc-link tc-more', `${failed.length - shown.length} more failing`);
+        more.onclick = () => {
+          this.showAll.add(e.name);
+          this.render();
+        };
+        item.append(more);
+      }
+    }
+    if (e.checks.length) {
+      const passed = e.checks.length - failed.length;
+      item.append(el('div', 'tc-meta', `${passed} of ${e.checks.length} hidden checks pass`));
     }
     return item;
   }
@@ -250,6 +272,7 @@ export class CoursePanel extends Widget {
   private expanded = new Set<string>();
   private results = new Map<string, ICheckResult>();
   private failures = new Map<string, string>();
+  private showAll = new Set<string>();
 }
 
 function renderCheck(check: ICheck): HTMLElement {
@@ -268,7 +291,7 @@ function renderCheck(check: ICheck): HTMLElement {
 }
 
 function statusMark(status: string): string {
-  return { passing: '✓', failing: '✗', waiting: '⏳', unchecked: '○' }[status] ?? '○';
+  return { passing: '✓', failing: '✗', waiting: '◐', unchecked: '○' }[status] ?? '○';
 }
 
 function day(iso: string): string {
