@@ -43,7 +43,7 @@ def released_exercises(course: Course, assignment: str, notebook_id: str) -> lis
         if cell.cell_type == "markdown":
             for line in cell.source.splitlines():
                 if line.startswith("##"):
-                    heading = line.lstrip("#").strip()
+                    heading = line.lstrip("#").strip().replace("`", "")
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("grade") and meta.get("grade_id"):
             exercises.append({
