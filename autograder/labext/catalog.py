@@ -15,6 +15,7 @@ import nbformat
 
 from ..course import Course, CourseError
 from ..outline import iso, load_outline
+from .feedback import restrict
 
 HELP = "run `make lab` (or `autograder init` and `autograder release --all`)"
 
@@ -107,7 +108,8 @@ def course_view(course: Course, root_dir: Path, latest: dict) -> dict:
                 seen = checked.get(exercise["name"])
                 exercise["status"] = seen.get("status", "unchecked") if seen else "unchecked"
                 exercise["score"] = seen.get("score") if seen else None
-                exercise["checks"] = seen.get("checks", []) if seen else []
+                exercise["checks"] = restrict(seen.get("checks", []) if seen else [],
+                                              entry.visibility)
                 item["exercises"].append(exercise)
             if result and (item["checked_at"] or "") < (result.get("checked_at") or ""):
                 item["checked_at"] = result.get("checked_at")

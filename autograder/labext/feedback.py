@@ -107,6 +107,15 @@ def check_names(records: list[dict]) -> list[str]:
     return names
 
 
+def restrict(checks: list[dict], visibility: str) -> list[dict]:
+    """Saved check views cut to the current setting (an instructor may lower it later)."""
+    if visibility in ("score", "off"):
+        return []
+    if visibility == "names":
+        return [{**c, "message": None, "hint": None, "pitfall": None} for c in checks]
+    return checks
+
+
 def exercise_status(score: float | None, max_score: float, *, manual=False, answered=False):
     if manual:
         return "waiting" if answered else "failing"

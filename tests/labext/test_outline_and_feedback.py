@@ -8,7 +8,13 @@ import re
 import pytest
 
 from autograder.course import PROJECT_ROOT, Course, CourseError, available_assignments
-from autograder.labext.feedback import check_names, scrub, student_message, student_view
+from autograder.labext.feedback import (
+    check_names,
+    restrict,
+    scrub,
+    student_message,
+    student_view,
+)
 from autograder.outline import COURSE_FILE, load_outline
 
 
@@ -110,3 +116,5 @@ def test_views_by_visibility():
     assert [c["message"] for c in names] == [None, None] and names[0]["pitfall"] is None
     score = student_view(trusted, "score")
     assert score["exercises"][0]["checks"] == [] and score["score"] == 1.0
+    assert restrict(full["exercises"][0]["checks"], "score") == []
+    assert restrict(full["exercises"][0]["checks"], "names")[0]["hint"] is None
