@@ -4,6 +4,7 @@ and new (the contract is in the README; scripts and tests rely on it)."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 from pathlib import Path
 
@@ -17,8 +18,12 @@ def _course(args) -> Course:
 def cmd_init(args) -> int:
     course = _course(args)
     course.init()
+    outline = course.outline()
     print(f"Course workspace ready: {course.root}")
+    print(f"Course: {outline.title} ({course.outline_file if outline.path else 'no course.toml'})")
     print(f"Assignments: {', '.join(available_assignments(course.assignments_dir)) or 'none'}")
+    if outline.lectures:
+        print(f"Lectures: {len(outline.lectures)} in {course.path('lectures')}")
     print(f"Next: autograder release NAME --course {course.root}")
     return 0
 
@@ -36,13 +41,33 @@ def cmd_release(args) -> int:
         print("Students install it with: pip install " + str(wheel))
         if not (args.all or args.name):
             return 0
-    names = available_assignments(course.assignments_dir) if args.all else [args.name]
-    if not names or names == [None]:
+    if not args.all and not args.name:
         raise CourseError("name an assignment, or pass --all or --student-toolkit")
+    outline = course.outline()
+    names = outline.names() if args.all else [args.name]
+    if args.all:
+        unlisted = set(available_assignments(course.assignments_dir)) - set(names)
+        if unlisted:
+            print(f"Not in {course.outline_file} (add a line to release them with --all): "
+                  f"{', '.join(sorted(unlisted))}")
+    now = datetime.datetime.now().astimezone()
+    released = []
     for name in names:
+        entry = outline.assignment(name)
+        if args.all and entry and not entry.released_by(now):
+            print(f"Not yet: {name} is released on {entry.release} "
+                  f"(`autograder release {name}` releases it now)")
+            continue
+        edited = course.edited_release(name)
+        if edited and not args.force:
+            print(f"Kept {course.path('release', name)}: {', '.join(edited)} holds answers "
+                  f"written since release (`autograder release {name} --force` replaces it)")
+            continue
         print(f"Released {name}: {course.release(name, exchange=not args.no_exchange)}")
-    if not args.no_exchange:
-        print(f"Students can fetch {'them' if len(names) > 1 else 'it'} from the exchange "
+        released.append(name)
+    course.build_lectures()
+    if released and not args.no_exchange:
+        print(f"Students can fetch {'them' if len(released) > 1 else 'it'} from the exchange "
               f"({course.exchange}); afterwards: autograder collect NAME")
     return 0
 
@@ -149,7 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("init", cmd_init, "create a course workspace wired to assignments/")
     p = add("release", cmd_release, "student versions of assignments, published to the exchange")
     p.add_argument("name", nargs="?", help="the assignment folder name, e.g. 01-attention")
-    p.add_argument("--all", action="store_true", help="release every assignment")
+    p.add_argument("--all", action="store_true",
+                   help="every assignment of course/course.toml whose release date has come")
+    p.add_argument("--force", action="store_true",
+                   help="release again even over answers written in release/")
     p.add_argument("--no-exchange", action="store_true",
                    help="only write release/; do not publish to nbgrader's exchange")
     p.add_argument("--student-toolkit", action="store_true",
