@@ -65,8 +65,10 @@ test-fast: $(STAMP) $(LABEXT)
 lab: $(STAMP) $(LABEXT)
 	$(VENV)/bin/autograder init
 	$(VENV)/bin/autograder release --all
-	@echo "Student notebooks: course-workspace/release/<assignment>/ (instructor sources: source/)"
-	$(VENV)/bin/jupyter lab --notebook-dir=course-workspace
+	@echo "Student notebooks: course-workspace/release/<assignment>/, lectures: course-workspace/lectures/"
+	@# Rooted in the workspace, where nbgrader finds nbgrader_config.py: formgrader, the
+	@# assignment list and the exchange all work from there.
+	cd course-workspace && "$(CURDIR)/$(VENV)/bin/jupyter" lab
 
 lint: $(STAMP)
 	$(PY) -m ruff check toolkit autograder tests benchmarks

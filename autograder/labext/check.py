@@ -22,6 +22,7 @@ import nbformat
 from nbgrader import utils as nbutils
 
 from ..course import Course
+from ..jobs import Job
 from ..runner import grade_notebook
 from ..sanitize import grade_cell_ids, read_submission, sanitize
 from ..scoring import score_cells
@@ -57,29 +58,31 @@ def check_notebook(
         if grade_id in manual_ids:
             score, max_score = nbutils.determine_grade(cell)
             manual[grade_id] = {"max_score": max_score, "answered": score is None}
-    job = {
-        "student": user,
-        "assignment": spec.name,
-        "notebook_id": notebook_id,
-        "notebook": nb,
-        "submission_dir": str(folder),
-        "test_cell_ids": sorted(auto_points),
-        "checks_dir": str(spec.checks_dir()),
-        "cell_timeout": spec.cell_timeout,
-        "submission_timeout": spec.submission_timeout,
-        "call_timeout": spec.call_timeout,
-        "memory_bytes": spec.memory_bytes,
-        "forbid": spec.forbid,
-        "hidden": [str(course.root), str(course.assignments_dir), str(spec.checks_dir())],
-    }
+    job = Job(
+        student=user,
+        assignment=spec.name,
+        notebook_id=notebook_id,
+        notebook=nb,
+        submission_dir=folder,
+        test_cell_ids=tuple(sorted(auto_points)),
+        checks_dir=spec.checks_dir(),
+        assignment_dir=spec.path,
+        limits=spec.limits,
+        forbid=tuple(spec.forbid),
+        hidden=(course.root, course.assignments_dir, spec.checks_dir()),
+        findings=findings,
+    )
     result = grade_notebook(job)
+    cells = score_cells(auto_points, result.checks, result.diagnoses)
+    for entry in cells.values():
+        entry["checks"] = [check.as_dict() for check in entry["checks"]]
     return {
-        "cells": score_cells(auto_points, result["checks"]),
+        "cells": cells,
         "manual": manual,
-        "events": result["events"],
+        "events": result.events,
         "findings": findings,
-        "isolation": result["isolation"],
-        "seconds": result["seconds"],
+        "isolation": result.isolation,
+        "seconds": result.seconds,
     }
 
 

@@ -139,18 +139,24 @@ def student_view(trusted: dict, visibility: str, order: list[str] | None = None)
                 for record, name in zip(records, check_names(records)):
                     message, hint = student_message(record) if visibility == "full" else (None,
                                                                                            None)
+                    # A check a diagnosis explains gets no hint of its own: the diagnosis,
+                    # shown first, names the cause, and its own hint would point elsewhere.
+                    explained = bool(record.get("cause"))
                     checks.append({
                         "name": name,
                         "passed": bool(record.get("passed")),
                         "message": message,
-                        "hint": hint,
+                        "hint": None if explained else hint,
                         # The mistake a check points to, once the code runs at all.
-                        "pitfall": (record.get("pitfall") if visibility == "full"
+                        "pitfall": (record.get("pitfall") if visibility == "full" and not explained
                                     and not record.get("passed") and _ran(record) else None),
                     })
             exercises.append({
                 "name": grade_id,
                 "kind": "auto",
+                # A classic mistake the checks recognised, in the words written for students.
+                "diagnoses": ([d["message"] for d in entry.get("diagnoses", [])]
+                              if visibility == "full" else []),
                 "score": entry["score"],
                 "max_score": entry["max_score"],
                 "status": exercise_status(entry["score"], entry["max_score"]),
@@ -163,6 +169,7 @@ def student_view(trusted: dict, visibility: str, order: list[str] | None = None)
             exercises.append({
                 "name": grade_id,
                 "kind": "manual",
+                "diagnoses": [],
                 "score": None,
                 "max_score": entry["max_score"],
                 "status": exercise_status(None, entry["max_score"], manual=True,

@@ -183,7 +183,7 @@ class CourseLab(LoggingConfigurable):
         future = pool.submit(check_notebook, str(course.root), str(course.assignments_dir),
                              found.assignment, found.notebook_id,
                              str(staging / "submission"), user)
-        limit = self.check_timeout or spec.submission_timeout + 600
+        limit = self.check_timeout or spec.limits.submission_timeout + 600
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout=limit)
         except asyncio.TimeoutError:

@@ -75,7 +75,10 @@ def test_release_all_keeps_answers_written_in_release(tmp_path, capsys):
     assert main(["release", "--all", "--course", str(workspace)]) == 0
     released = workspace / "release" / "01-attention" / "attention.ipynb"
     text = released.read_text()
-    released.write_text(text.replace("raise NotImplementedError()", "return 42", 1))
+    # The first stub (it names its exercise and ends "... in place of this `raise` line").
+    answered = re.sub(r"raise NotImplementedError\(.*?line'\)", "return 42", text, count=1)
+    assert answered != text
+    released.write_text(answered)
     assert course.edited_release("01-attention") == ["attention.ipynb"]
     assert main(["release", "--all", "--course", str(workspace)]) == 0
     assert "Kept" in capsys.readouterr().out and "return 42" in released.read_text()

@@ -25,6 +25,8 @@ export interface IExercise {
   score: number | null;
   max_score: number;
   status: Status;
+  /** Classic mistakes the checks recognised, worded for the student (shown first). */
+  diagnoses?: string[];
   checks: ICheck[];
 }
 

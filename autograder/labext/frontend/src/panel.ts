@@ -239,6 +239,9 @@ export class CoursePanel extends Widget {
     };
     item.append(row);
     item.append(el('div', 'tc-exerciseStatus', `${e.name} · ${STATUS_TEXT[e.status]}`));
+    for (const diagnosis of e.diagnoses ?? []) {
+      item.append(el('div', 'tc-diagnosis', diagnosis));
+    }
     const failed = e.checks.filter(c => !c.passed);
     const messages = new Set(failed.map(c => c.message));
     if (failed.length > 1 && messages.size === 1 && failed[0].message) {
