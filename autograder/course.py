@@ -25,6 +25,8 @@ import jupytext
 import nbformat
 import tomllib
 
+from . import gradebook_url
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Instructors keep assignments elsewhere with AUTOGRADER_ASSIGNMENTS=/path (read at `init`).
 ASSIGNMENTS_DIR = Path(os.environ.get("AUTOGRADER_ASSIGNMENTS", PROJECT_ROOT / "assignments"))
@@ -142,17 +144,20 @@ class Course:
 
     def __init__(self, root: Path | str | None = None, assignments_dir: Path | None = None):
         self.root = Path(root or DEFAULT_COURSE_DIR).resolve()
+        # A workspace remembers the assignments folder it was created from, and where
+        # its gradebook lives when that is not the default SQLite file.
+        settings_file = self.root / SETTINGS_FILE
+        settings = json.loads(settings_file.read_text()) if settings_file.is_file() else {}
         if assignments_dir is None:
-            # A workspace remembers the assignments folder it was created from.
-            settings = self.root / SETTINGS_FILE
-            if settings.is_file():
-                assignments_dir = json.loads(settings.read_text()).get("assignments_dir")
+            assignments_dir = settings.get("assignments_dir")
         self.assignments_dir = Path(assignments_dir or ASSIGNMENTS_DIR).resolve()
+        self._db_url: str | None = settings.get("db_url")
 
     # -- layout ------------------------------------------------------------------
     @property
     def db_url(self) -> str:
-        return f"sqlite:///{self.root / 'gradebook.db'}"
+        """The gradebook's SQLAlchemy URL (see :mod:`autograder.gradebook_url`)."""
+        return self._db_url or gradebook_url.sqlite_url(self.root)
 
     def path(self, kind: str, *parts: str) -> Path:
         return self.root.joinpath(kind, *parts)
@@ -170,8 +175,16 @@ class Course:
             )
 
     # -- set-up --------------------------------------------------------------------
-    def init(self) -> None:
-        """Create the workspace (idempotent) and build every assignment's source notebooks."""
+    def init(self, db_url: str | None = None) -> None:
+        """Create the workspace (idempotent) and build every assignment's source notebooks.
+
+        ``db_url`` puts the gradebook in another database (PostgreSQL, say); without it
+        a workspace keeps the database it was created with (by default SQLite)."""
+        if db_url is not None:
+            try:
+                self._db_url = gradebook_url.check(db_url)
+            except gradebook_url.GradebookUrlError as exc:
+                raise CourseError(str(exc)) from None
         for kind in ("source", "release", "submitted", "autograded", "feedback", "autograder"):
             self.path(kind).mkdir(parents=True, exist_ok=True)
         config = NBGRADER_CONFIG.format(
@@ -182,7 +195,11 @@ class Course:
         )
         (self.root / "nbgrader_config.py").write_text(config)
         settings = {"assignments_dir": str(self.assignments_dir)}
-        (self.root / SETTINGS_FILE).write_text(json.dumps(settings, indent=1) + "\n")
+        if self._db_url:
+            settings["db_url"] = self._db_url
+        settings_path = self.root / SETTINGS_FILE
+        settings_path.write_text(json.dumps(settings, indent=1) + "\n")
+        gradebook_url.protect(self.db_url, [self.root / "nbgrader_config.py", settings_path])
         for name in available_assignments(self.assignments_dir):
             self.build_source(self.spec(name))
 
