@@ -20,6 +20,11 @@ $(STAMP): pyproject.toml constraints.txt
 	  (apt-get install -y -qq chromium >/dev/null 2>&1 || \
 	   (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1)) ; } || \
 	  echo "note: chromium not installed; tests/browser will be skipped"
+	@# PostgreSQL server binaries for the PostgreSQL gradebook test (it starts its own server).
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1 || \
+	   (apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1)) ; } || \
+	  echo "note: postgresql not installed; the PostgreSQL gradebook test will be skipped"
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -24,7 +24,8 @@ So code is compared after *normalising* it, as MOSS does, in four steps:
    submissions (only pairs that share something are ever touched), and every
    submission against the reference solution. A pair's similarity in an exercise is
    the share of the smaller side's fingerprints that the other side also has (common
-   ones never count as shared).
+   ones never count as shared); over the assignment, the same ratio summed over the
+   exercises both answered, so long exercises weigh more than short ones.
 
 Only exercises whose reference solution is at least ``min_tokens`` normalised tokens
 long are compared: in a one-line exercise every correct answer looks alike.
@@ -66,7 +67,8 @@ class Settings:
     min_tokens: int = 40  # exercises whose reference is shorter are not compared
     common_share: float = 0.1  # k-grams in more than this share of the class are common code
     common_min: int = 5  # ...but never fewer than this many submissions
-    threshold: float = 0.5  # pairs at or above this similarity are flagged
+    threshold: float = 0.5  # pairs at or above this similarity are flagged...
+    min_shared: int = 10  # ...if they share at least this many fingerprints (a few lines)
 
 
 @dataclasses.dataclass
@@ -225,6 +227,10 @@ class Match:
     score: float
     exercises: dict[str, tuple[int, int]]
 
+    @property
+    def shared(self) -> int:
+        return sum(n for n, _ in self.exercises.values())
+
     def exercise_score(self, exercise: str) -> float:
         shared, size = self.exercises[exercise]
         return shared / size if size else 0.0
@@ -242,9 +248,12 @@ class Result:
     settings: Settings
 
     def flagged(self) -> tuple[list[Match], list[Match]]:
-        """(pairs, reference matches) at or above the threshold, most similar first."""
-        t = self.settings.threshold
-        return [m for m in self.pairs if m.score >= t], [m for m in self.reference if m.score >= t]
+        """(pairs, reference matches) at or above the threshold, most similar first. A
+        pair must also share ``min_shared`` fingerprints: two lines someone wrote in an
+        otherwise empty cell may be "all shared" without being evidence of anything."""
+        s = self.settings
+        flag = lambda m: m.score >= s.threshold and m.shared >= s.min_shared
+        return [m for m in self.pairs if flag(m)], [m for m in self.reference if flag(m)]
 
 
 def _match(a: str, b: str, shared: dict[str, int], sizes_a: dict, sizes_b: dict) -> Match:
