@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="list pairs of near-copies (and copies of the reference) instead of scores",
     )
-    p.add_argument("--threshold", type=float, default=None, help="similarity flag (default 0.5)")
+    p.add_argument("--threshold", type=float, default=None, help="similarity flag (default 0.6)")
     p.add_argument("--min-tokens", type=int, default=None, help="shortest exercise compared")
     p.add_argument("--html", type=Path, default=None, help="similarity page (default: reports/)")
     p = add("export", cmd_export, "grades per student and exercise: CSV, Canvas CSV or JSON")

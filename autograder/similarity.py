@@ -22,10 +22,14 @@ So code is compared after *normalising* it, as MOSS does, in four steps:
    suggest), not evidence of copying: it is ignored, as MOSS's ``-m`` option does.
 4. **Compare** every pair, per exercise, through an inverted index from fingerprint to
    submissions (only pairs that share something are ever touched), and every
-   submission against the reference solution. A pair's similarity in an exercise is
-   the share of the smaller side's fingerprints that the other side also has (common
-   ones never count as shared); over the assignment, the same ratio summed over the
-   exercises both answered, so long exercises weigh more than short ones.
+   submission against the reference solution. What a submission has *of its own* is
+   its fingerprints that are not common code; a pair's similarity in an exercise is
+   the share of the smaller side's own fingerprints that the other side also has, and
+   over the assignment the same ratio summed over the exercises both answered (long
+   exercises weigh more than short ones). So a copy scores near 1 however much of it
+   is common code, and two honest solutions that share only the usual idioms score
+   near 0. A flag also needs ``min_shared`` shared fingerprints: two identical lines in
+   an otherwise empty cell are "all shared" but no evidence.
 
 Only exercises whose reference solution is at least ``min_tokens`` normalised tokens
 long are compared: in a one-line exercise every correct answer looks alike.
@@ -67,7 +71,7 @@ class Settings:
     min_tokens: int = 40  # exercises whose reference is shorter are not compared
     common_share: float = 0.1  # k-grams in more than this share of the class are common code
     common_min: int = 5  # ...but never fewer than this many submissions
-    threshold: float = 0.5  # pairs at or above this similarity are flagged...
+    threshold: float = 0.6  # pairs at or above this similarity are flagged...
     min_shared: int = 10  # ...if they share at least this many fingerprints (a few lines)
 
 
@@ -289,7 +293,8 @@ def compare(
                 seen_by[h] += 1
             prints[owner][ex] = set(fingerprints(reg, settings))
         common[ex] = {h for h, n in seen_by.items() if n > cutoff}
-    sizes = {owner: {ex: len(f) for ex, f in exs.items()} for owner, exs in prints.items()}
+    # What a submission has of its own: its fingerprints that are not common code.
+    sizes = {o: {ex: len(f - common[ex]) for ex, f in exs.items()} for o, exs in prints.items()}
 
     # Pairs: an inverted index, so only pairs with a shared fingerprint are visited.
     shared: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -308,7 +313,7 @@ def compare(
     ref_prints = {
         ex: set(fingerprints(reference[ex], settings)) - common[ex] for ex in compared
     }
-    ref_sizes = {ex: len(set(fingerprints(reference[ex], settings))) for ex in compared}
+    ref_sizes = {ex: len(ref_prints[ex]) for ex in compared}
     ref_matches = []
     for owner in sorted(prints):
         counts = {ex: len(prints[owner][ex] & ref_prints[ex]) for ex in prints[owner]}

@@ -222,7 +222,7 @@ def main(course: Course, args) -> int:
     settings = Settings()
     if args.threshold is not None:
         if not 0 < args.threshold <= 1:
-            raise CourseError(f"--threshold {args.threshold} must be in (0, 1], e.g. 0.5")
+            raise CourseError(f"--threshold {args.threshold} must be in (0, 1], e.g. 0.6")
         settings = dataclasses.replace(settings, threshold=args.threshold)
     if args.min_tokens is not None:
         settings = dataclasses.replace(settings, min_tokens=max(args.min_tokens, settings.k))

@@ -79,7 +79,7 @@ def test_independent_solutions_are_not_flagged(attention_class):
     independent = set(make_class.INDEPENDENT)
     honest = [m for m in result.pairs if {m.a, m.b} <= independent]
     honest += [m for m in result.reference if m.a in independent]
-    assert max(m.score for m in honest) < 0.45
+    assert max(m.score for m in honest) < result.settings.threshold - 0.1
     # Two lines in an otherwise empty notebook can be "all shared" with someone; too
     # little code to be evidence of anything, so never flagged.
     tiny = [m for m in result.pairs + result.reference if "unclosed-bracket" in (m.a, m.b)]
