@@ -108,15 +108,20 @@ def as_text(result: Result, name: str, n_students: int, html_path: Path | None) 
             f"Too short to tell copying from the usual way of writing them (reference under "
             f"{result.settings.min_tokens} tokens): {', '.join(result.skipped)}"
         )
-    lines += ["", f"Pairs of submissions sharing at least {t:.0%} of their code:"]
+    lines += ["", f"Pairs of submissions with a similarity of {t:.0%} or more:"]
     lines += [f"  {m.a} ~ {m.b}  {m.score:.0%}  ({_detail(m, result)})" for m in pairs]
     lines += [] if pairs else ["  none"]
-    lines += ["", f"Submissions sharing at least {t:.0%} of their code with {REFERENCE}:"]
+    lines += ["", f"Submissions with a similarity of {t:.0%} or more to {REFERENCE}:"]
     lines += [f"  {m.a}  {m.score:.0%}  ({_detail(m, result)})" for m in ref]
     lines += [] if ref else ["  none"]
     if html_path is not None and (pairs or ref):
         lines += ["", f"Matching code side by side: {html_path}"]
-    lines += ["", "A flag is a reason to look, not a verdict; no score was changed."]
+    lines += [
+        "",
+        "Similarity: of the code the smaller side wrote that is not common to the class, the",
+        "share the other side has too (names, comments, layout and literals normalised away).",
+        "A flag is a reason to look, not a verdict; no score was changed.",
+    ]
     return "\n".join(lines)
 
 
@@ -201,7 +206,7 @@ def write_html(path: Path, result: Result, name: str, students: dict, reference:
         parts.append(f"<p>No pair reaches {result.settings.threshold:.0%}.</p>")
     for m, right in shown:
         left = students[m.a]
-        title = f"{m.a} and {m.b}: {m.score:.0%} of the code shared"
+        title = f"{m.a} and {m.b}: similarity {m.score:.0%}"
         parts.append(f"<h2>{html.escape(title)}</h2>")
         for ex in result.compared:
             if ex not in m.exercises or not m.exercises[ex][0]:

@@ -212,3 +212,12 @@ def test_dask_workers_grade_but_only_the_grader_writes(pg_course, worker_without
     assert sorted(run["graded"]) == ["dask-ref", "dask-stub"]
     scores = _scores(course)
     assert (scores["dask-ref"], scores["dask-stub"]) == (2.0, 0.0)
+
+
+def test_student_kernels_never_see_the_gradebook_password(tmp_path, monkeypatch):
+    from autograder.sandbox import kernel_environment
+
+    monkeypatch.setenv("PGPASSWORD", PASSWORD)
+    monkeypatch.setenv("PGPASSFILE", "/srv/secrets/pgpass")
+    env = kernel_environment(tmp_path)
+    assert not {"PGPASSWORD", "PGPASSFILE"} & set(env) and PASSWORD not in env.values()
