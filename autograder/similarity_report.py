@@ -34,13 +34,20 @@ MAX_HTML_MATCHES = 200  # the page shows the most similar pairs first, up to thi
 
 
 def _code_solution_cells(nb: dict) -> dict[str, str]:
-    """``{grade_id: source}`` of a notebook's code solution cells."""
+    """``{grade_id: source}`` of a notebook's code solution cells. A handed-in notebook
+    is untrusted JSON: anything not shaped like a cell is passed over."""
     cells = {}
-    for cell in nb.get("cells", []):
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.get("cell_type") == "code" and isinstance(meta, dict) and meta.get("solution"):
-            src = cell.get("source", "")
-            cells[str(meta.get("grade_id"))] = "".join(src) if isinstance(src, list) else str(src)
+    for cell in nb.get("cells") if isinstance(nb.get("cells"), list) else []:
+        meta = cell.get("metadata") if isinstance(cell, dict) else None
+        meta = meta.get("nbgrader") if isinstance(meta, dict) else None
+        if not isinstance(meta, dict) or not meta.get("solution"):
+            continue
+        if cell.get("cell_type") != "code":
+            continue
+        src = cell.get("source", "")
+        src = "".join(x for x in src if isinstance(x, str)) if isinstance(src, list) else src
+        if isinstance(src, str):
+            cells[str(meta.get("grade_id"))] = src
     return cells
 
 

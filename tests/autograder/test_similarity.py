@@ -35,13 +35,16 @@ def attention_class(tmp_path_factory):
     course.release(NAME)
     for student in make_class.INDEPENDENT + list(make_class.PLANTED):
         make_class.hand_in(course, NAME, student, make_class.solutions_of(student))
-    # A syntax error (an unclosed bracket) in an otherwise empty notebook, and a file
-    # that is not a notebook: reported or compared as far as they go, never fatal.
+    # A syntax error (an unclosed bracket) in an otherwise empty notebook, a file that
+    # is not a notebook, and JSON whose cells are not cells: never fatal.
     broken = {"attention_weights": ["scores = (q @ k.transpose(-2, -1) * scale\nreturn scores\n"]}
     make_class.hand_in(course, NAME, "unclosed-bracket", broken)
     not_json = course.path("submitted", "not-a-notebook", NAME, "attention.ipynb")
     not_json.parent.mkdir(parents=True)
     not_json.write_text("{ this is not json")
+    odd = course.path("submitted", "odd-cells", NAME, "attention.ipynb")
+    odd.parent.mkdir(parents=True)
+    odd.write_text(json.dumps({"cells": ["x", {"metadata": 3}, {"cell_type": "code"}]}))
     return course
 
 
@@ -96,6 +99,7 @@ def test_broken_hand_ins_are_noted_and_never_stop_the_report(attention_class, ca
     students, _, notes = similarity_report_load(attention_class)
     assert any("not-a-notebook" in n and "not a notebook" in n for n in notes)
     assert students["unclosed-bracket"]["attention_weights"].tokens[:3] == ["V", "=", "("]
+    assert students["odd-cells"] == {}
 
 
 def test_html_page_shows_the_copied_code_side_by_side(attention_class):
