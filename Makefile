@@ -34,6 +34,11 @@ $(STAMP): pyproject.toml constraints.txt
 	   (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq nodejs >/dev/null 2>&1)) ; } || \
 	  echo "note: node not installed; the JupyterLab extension cannot be built"
 	@$(MAKE) --no-print-directory labextension
+	@# PostgreSQL server binaries for the PostgreSQL gradebook test (it starts its own server).
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1 || \
+	   (apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1)) ; } || \
+	  echo "note: postgresql not installed; the PostgreSQL gradebook test will be skipped"
 	@touch $(STAMP)
 
 labextension: $(LABEXT)

@@ -27,6 +27,7 @@ import jupytext
 import nbformat
 import tomllib
 
+from . import gradebook_url
 from .feedback import FEEDBACK_EXPORTER, GENERATE_FEEDBACK_PREPROCESSORS
 from .formgrader_bridge import AUTOGRADE_PREPROCESSORS
 from .limits import Limits
@@ -179,13 +180,15 @@ class Course:
         course_file: Path | None = None,
     ):
         self.root = Path(root or DEFAULT_COURSE_DIR).resolve()
-        # A workspace remembers the assignments folder and outline it was created from.
+        # A workspace remembers the assignments folder and outline it was created from,
+        # and where its gradebook lives when that is not the default SQLite file.
         settings = self.root / SETTINGS_FILE
         saved = json.loads(settings.read_text()) if settings.is_file() else {}
         assignments_dir = assignments_dir or saved.get("assignments_dir")
         self.assignments_dir = Path(assignments_dir or ASSIGNMENTS_DIR).resolve()
         course_file = course_file or saved.get("course_file")
         self.outline_file = Path(course_file).resolve() if course_file else self._outline_file()
+        self._db_url: str | None = saved.get("db_url")
 
     def _outline_file(self) -> Path:
         """``course/course.toml`` beside the assignments folder (or AUTOGRADER_COURSE_FILE)."""
@@ -202,7 +205,8 @@ class Course:
     # -- layout ------------------------------------------------------------------
     @property
     def db_url(self) -> str:
-        return f"sqlite:///{self.root / 'gradebook.db'}"
+        """The gradebook's SQLAlchemy URL (see :mod:`autograder.gradebook_url`)."""
+        return self._db_url or gradebook_url.sqlite_url(self.root)
 
     @property
     def exchange(self) -> Path:
@@ -225,8 +229,16 @@ class Course:
             )
 
     # -- set-up --------------------------------------------------------------------
-    def init(self) -> None:
-        """Create the workspace (idempotent) and build every assignment's source notebooks."""
+    def init(self, db_url: str | None = None) -> None:
+        """Create the workspace (idempotent) and build every assignment's source notebooks.
+
+        ``db_url`` puts the gradebook in another database (PostgreSQL, say); without it
+        a workspace keeps the database it was created with (by default SQLite)."""
+        if db_url is not None:
+            try:
+                self._db_url = gradebook_url.check(db_url)
+            except gradebook_url.GradebookUrlError as exc:
+                raise CourseError(str(exc)) from None
         for kind in ("source", "release", "submitted", "autograded", "feedback", "autograder"):
             self.path(kind).mkdir(parents=True, exist_ok=True)
         # nbgrader's exchange: students fetch from and submit to it, `collect` reads it.
@@ -248,7 +260,11 @@ class Course:
             "assignments_dir": str(self.assignments_dir),
             "course_file": str(self.outline_file),
         }
-        (self.root / SETTINGS_FILE).write_text(json.dumps(settings, indent=1) + "\n")
+        if self._db_url:
+            settings["db_url"] = self._db_url
+        settings_path = self.root / SETTINGS_FILE
+        settings_path.write_text(json.dumps(settings, indent=1) + "\n")
+        gradebook_url.protect(self.db_url, [self.root / "nbgrader_config.py", settings_path])
         for name in available_assignments(self.assignments_dir):
             self.build_source(self.spec(name))
         self.build_lectures()
