@@ -27,11 +27,12 @@ from autograder import export, gradebook_url, report
 from autograder.cli import main
 from autograder.course import Course
 from autograder.grade import grade
+from autograder.scaffold import new_assignment
 from autograder.submissions import make_class, write_submissions
 
 pytestmark = pytest.mark.slow
 NAME = "00-tiny"
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
 BIN = Path(sys.executable).parent
 PASSWORD = "not-in-the-url"
 
@@ -97,8 +98,7 @@ def postgres():
 @pytest.fixture(scope="module")
 def pg_course(postgres, tmp_path_factory):
     root = tmp_path_factory.mktemp("pg-course")
-    shutil.copytree(FIXTURES / "assignments", root / "assignments")
-    shutil.copytree(FIXTURES / "checks", root / "checks")
+    new_assignment(NAME, root / "assignments", title="Tiny: softmax")
     Course(root / "workspace", root / "assignments").init()
     out = io.StringIO()
     with redirect_stdout(out):  # the instructor's command, on the existing workspace
