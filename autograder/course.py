@@ -54,6 +54,9 @@ c.GenerateAssignment.preprocessors_exclude = []
 # Stubs that name their exercise, and Run All that reaches the end (autograder.release_steps).
 c.GenerateAssignment.preprocessors = {release_steps!r}
 c.Exchange.root = {exchange!r}
+# What this workspace's students submitted (the Assignments tab's "Submitted" list) is
+# remembered here, not in ~/.local/share/jupyter, which every course would share.
+c.Exchange.cache = {exchange_cache!r}
 # Formgrader's "Autograde" and `nbgrader autograde` grade with `autograder grade`
 # (sandbox, hidden checks), never with plain nbgrader (autograder.formgrader_bridge).
 c.Autograde.autograde_preprocessors = {autograde!r}
@@ -213,6 +216,11 @@ class Course:
         """nbgrader's exchange directory (fetch, submit, collect), inside the workspace."""
         return self.root / "exchange"
 
+    @property
+    def exchange_cache(self) -> Path:
+        """nbgrader's record of what students of this workspace submitted."""
+        return self.root / "exchange-cache"
+
     def path(self, kind: str, *parts: str) -> Path:
         return self.root.joinpath(kind, *parts)
 
@@ -250,6 +258,7 @@ class Course:
             course_id=COURSE_ID,
             db_url=self.db_url,
             exchange=str(self.exchange),
+            exchange_cache=str(self.exchange_cache),
             release_steps=GENERATE_ASSIGNMENT_PREPROCESSORS,
             autograde=AUTOGRADE_PREPROCESSORS,
             feedback_exporter=FEEDBACK_EXPORTER,
@@ -335,6 +344,7 @@ class Course:
         }
         config.ClearSolutions.text_stub = "YOUR ANSWER HERE"
         config.Exchange.root = str(self.exchange)
+        config.Exchange.cache = str(self.exchange_cache)
         config.GenerateAssignment.preprocessors = GENERATE_ASSIGNMENT_PREPROCESSORS
         config.GenerateFeedback.exporter_class = FEEDBACK_EXPORTER
         config.GenerateFeedback.preprocessors = GENERATE_FEEDBACK_PREPROCESSORS
