@@ -28,7 +28,7 @@ from toolkit.widgets.display import LABEL_STYLE, figure_to_png, headless_placeho
 
 
 def memory_horizon(delta: float, A: float, tol: float = 0.01) -> int:
-    """Steps until ``exp(delta A)^l`` falls below ``tol``: ``ceil(ln tol / (delta A))``, ``A < 0``."""
+    """Steps until ``exp(delta A)^l`` falls below ``tol``: ``ceil(ln tol / (delta A))`` (A < 0)."""
     if not A < 0 or not delta > 0 or not 0 < tol < 1:
         raise ValueError(f"need A < 0, delta > 0 and 0 < tol < 1, got {A}, {delta}, {tol}")
     return math.ceil(math.log(tol) / (delta * A))
@@ -61,8 +61,14 @@ def ssm_impulse_response(
             "horizon": memory_horizon(delta, float(A.max()))}
 
 
-def selective_forgetting(delta: float, a: float = 1.0, reset_at: int = 20, length: int = 48,
-                         reset_delta: float = 5.0, discretize_fn: Callable = discretize_zoh) -> dict:
+def selective_forgetting(
+    delta: float,
+    a: float = 1.0,
+    reset_at: int = 20,
+    length: int = 48,
+    reset_delta: float = 5.0,
+    discretize_fn: Callable = discretize_zoh,
+) -> dict:
     """A pulse at token 5 held in a one-dimensional state, without and with a reset step.
 
     Returns ``{"lti": (length,), "selective": (length,)}``: the state ``h_t`` when every
