@@ -84,7 +84,6 @@ class GatedAttentionUnit(nn.Module):
         if x.dim() != 3 or x.size(-1) != self.d_model:
             raise ValueError(f"x must be (batch, T, d_model={self.d_model}), got {tuple(x.shape)}")
         T = x.size(1)
-        ### BEGIN SOLUTION
         u = F.silu(self.u_proj(x))  # (batch, T, e)
         v = F.silu(self.v_proj(x))  # (batch, T, e)
         z = F.silu(self.z_proj(x))  # (batch, T, s)
@@ -103,4 +102,3 @@ class GatedAttentionUnit(nn.Module):
         if self.causal:
             A = A.masked_fill(~visible, 0.0)  # future keys get exactly 0
         return self.o_proj(u * (A @ v))  # O = (U * A V) W_o
-        ### END SOLUTION

@@ -102,7 +102,6 @@ def wkv_recurrent(
     if state is None:
         zeros = k.new_zeros(batch, C)
         state = (zeros, zeros, torch.full_like(zeros, -1e38))
-    ### BEGIN SOLUTION
     a, b, p = state  # past numerator / e^p, past denominator / e^p, p
     outputs = []
     for t in range(T):
@@ -117,7 +116,6 @@ def wkv_recurrent(
         a, b, p = e_past * a + e_now * vt, e_past * b + e_now, q
     out = torch.stack(outputs, dim=1) if outputs else v.new_zeros(v.shape)
     return (out, (a, b, p)) if return_state else out
-    ### END SOLUTION
 
 
 def token_shift(x: Tensor, last: Tensor | None = None) -> Tensor:

@@ -87,13 +87,11 @@ def apply_capacity(indices: Tensor, n_experts: int, capacity: int) -> tuple[Tens
     if not isinstance(capacity, int) or capacity < 0:
         raise ValueError(f"capacity must be an int >= 0, got {capacity!r}")
     n_tokens, k = indices.shape
-    ### BEGIN SOLUTION
     queue = indices.t().reshape(-1)  # slot-major: all first choices, then all second choices
     one_hot = F.one_hot(queue, n_experts)  # (k * n_tokens, E)
     arrival = (one_hot.cumsum(dim=0) * one_hot).sum(-1) - 1  # 0, 1, 2, ... within each expert
     kept = (arrival < capacity).reshape(k, n_tokens).t()  # back to (n_tokens, k)
     return kept, int((~kept).sum())
-    ### END SOLUTION
 
 
 def naive_dispatch(
@@ -142,7 +140,6 @@ def sorted_dispatch(
             f"x must be (n_tokens={indices.size(0)}, d_model), got {tuple(x.shape)}"
         )
     n_tokens, k = indices.shape
-    ### BEGIN SOLUTION
     expert_of = indices.reshape(-1)  # (n_tokens * k,) the expert of each assignment
     token_of = torch.arange(n_tokens, device=x.device).repeat_interleave(k)  # ... its token
     gate_of = gates.reshape(-1)  # ... its gate
@@ -155,4 +152,3 @@ def sorted_dispatch(
     blocks = x[token_of].split(counts)  # one contiguous (count_e, d_model) block per expert
     answers = torch.cat([expert(block) for expert, block in zip(experts, blocks)])
     return torch.zeros_like(x).index_add(0, token_of, gate_of[:, None] * answers)  # combine
-    ### END SOLUTION

@@ -94,7 +94,6 @@ class SparseMoE(nn.Module):
             )
         batch, seq, d_model = x.shape
         tokens = x.reshape(batch * seq, d_model)
-        ### BEGIN SOLUTION
         logits = self.gate(tokens)  # (n_tokens, E)
         gates, indices = top_k_gating(logits, self.k, self.gating, self.renormalize)
         kept, n_dropped = None, 0
@@ -105,7 +104,6 @@ class SparseMoE(nn.Module):
         for shared in self.shared_experts:  # every token, no gate
             y = y + shared(tokens)
         return y.reshape(batch, seq, d_model), {"router_logits": logits, "n_dropped": n_dropped}
-        ### END SOLUTION
 
 
 def moe_parameter_counts(

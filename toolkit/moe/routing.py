@@ -73,7 +73,6 @@ def top_k_gating(
         raise ValueError(f"gating must be one of {GATINGS}, got {gating!r}")
     if not isinstance(k, int) or not 1 <= k <= logits.size(-1):
         raise ValueError(f"k must be an int in [1, n_experts={logits.size(-1)}], got {k!r}")
-    ### BEGIN SOLUTION
     top_logits, indices = logits.topk(k, dim=-1)  # the k largest logits of each token
     if gating == "topk_then_softmax":
         gates = torch.softmax(top_logits, dim=-1)  # g = softmax over the k selected logits
@@ -83,7 +82,6 @@ def top_k_gating(
         if renormalize:
             gates = gates / gates.sum(dim=-1, keepdim=True)  # g_i = p_i / sum_{topk} p_j
     return gates, indices
-    ### END SOLUTION
 
 
 def flatten_router_logits(router_logits, attention_mask) -> tuple[Tensor, Tensor]:
@@ -133,7 +131,6 @@ def load_balancing_loss(
     """
     logits, weight = flatten_router_logits(router_logits, attention_mask)
     n_experts = logits.size(-1)
-    ### BEGIN SOLUTION
     probs = torch.softmax(logits, dim=-1)  # p_i(x_t): (n_tokens, N)
     _, indices = logits.topk(k, dim=-1)  # each token's k experts: (n_tokens, k)
     routed = torch.zeros_like(probs).scatter(-1, indices, 1.0)  # 1 where t is sent to i
@@ -141,7 +138,6 @@ def load_balancing_loss(
     f = (routed * weight[:, None]).sum(0) / n_real  # f_i: share of tokens sent to i
     P = (probs * weight[:, None]).sum(0) / n_real  # P_i: mean router probability of i
     return alpha * n_experts * (f * P).sum()  # alpha * N * sum_i f_i P_i
-    ### END SOLUTION
 
 
 def router_z_loss(
