@@ -101,7 +101,9 @@ def test_gradient_flows_through_p_only(submission):
         raise CheckFailure("no gradient reached the logits: P_i must come from the softmax of "
                            "the logits, with its graph (do not detach it)")
     reference = logits.clone().requires_grad_(True)
-    load_balancing_loss(reference, 2).backward()
+    expected = load_balancing_loss(reference, 2)
+    expected.backward()
+    assert_close(got[0], expected.detach(), **TOL, name="the loss")
     assert_close(got[1], reference.grad, **TOL, name="d loss / d logits",
                  hint="f_i comes from hard counts (no gradient), P_i from the probabilities")
 

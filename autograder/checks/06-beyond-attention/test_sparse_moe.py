@@ -143,6 +143,7 @@ def test_sorted_dispatch_skips_dropped(submission):
                            "assignments were kept: dropped ones must not reach an expert")
 
 
+@pytest.mark.structural
 def test_each_expert_runs_once_on_its_block(submission):
     """Dispatch: every expert is called at most once, with exactly its own tokens."""
     x = _randn(50, 4, seed=12)
