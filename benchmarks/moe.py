@@ -3,12 +3,19 @@
 Both functions of :mod:`toolkit.moe.dispatch` compute ``y_t = sum_j g_tj E_{i_tj}(x_t)``
 with the same SwiGLU experts on the same routing; the script checks that the outputs
 agree, then times each (median of ``--repeats`` runs, forward under ``no_grad``) in
-this process and reports the speed-up ``naive / sorted``.
+this process (alternately) and reports the speed-up ``naive / sorted``.
 
 The naive loop scans the whole ``(n_tokens, k)`` routing table once per expert; the
 sorted version sorts the assignments once and hands every expert a contiguous block.
-The gap grows with the number of experts (fine-grained MoE: DeepSeekMoE routes to 6 of
-64) and shrinks when the experts' matrix multiplies dominate (few, wide experts).
+Two measurements per configuration:
+
+* **dispatch + combine only**: every expert is the identity, so the time is the
+  bookkeeping alone (finding each expert's tokens, gathering, adding back);
+* **whole layer**: SwiGLU experts, whose matrix multiplies are the same work in both
+  versions and dominate on a CPU when the experts are few and wide.
+
+The bookkeeping gap grows with the number of experts (fine-grained MoE: DeepSeekMoE
+routes to 6 of 64).
 
 Usage::
 
@@ -35,33 +42,37 @@ CONFIGS = [  # (label, n_experts, k, d_model, d_ff)
 ]
 
 
-def time_call(fn, args: tuple, repeats: int) -> float:
-    fn(*args)  # warm-up
-    times = []
+def time_pair(first, second, args: tuple, repeats: int) -> tuple[float, float]:
+    """Median seconds of ``first(*args)`` and ``second(*args)``, timed alternately so that
+    a load change on a shared machine hits both alike."""
+    first(*args), second(*args)  # warm-up
+    times: tuple[list, list] = ([], [])
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for fn, out in ((first, times[0]), (second, times[1])):
+            start = time.perf_counter()
+            fn(*args)
+            out.append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def run(n_tokens: int, repeats: int, configs=CONFIGS, seed: int = 0) -> list[dict]:
     rows = []
     for label, n_experts, k, d_model, d_ff in configs:
         torch.manual_seed(seed)
-        experts = torch.nn.ModuleList(SwiGLU(d_model, d_ff) for _ in range(n_experts)).eval()
+        swiglu = torch.nn.ModuleList(SwiGLU(d_model, d_ff) for _ in range(n_experts)).eval()
+        identity = torch.nn.ModuleList(torch.nn.Identity() for _ in range(n_experts))
         x = torch.randn(n_tokens, d_model)
         gates, indices = top_k_gating(torch.randn(n_tokens, n_experts), k)
-        with torch.no_grad():
-            reference = naive_dispatch(x, gates, indices, experts)
-            fast = sorted_dispatch(x, gates, indices, experts)
-            if not torch.allclose(reference, fast, atol=1e-5, rtol=1e-4):
-                raise SystemExit(f"{label}: sorted and naive dispatch disagree")
+        for what, experts in (("dispatch + combine only", identity), ("whole layer", swiglu)):
             args = (x, gates, indices, experts)
-            naive_s = time_call(naive_dispatch, args, repeats)
-            sorted_s = time_call(sorted_dispatch, args, repeats)
-        rows.append({"config": label, "tokens": n_tokens, "naive_ms": 1e3 * naive_s,
-                     "sorted_ms": 1e3 * sorted_s, "speedup": naive_s / sorted_s})
+            with torch.no_grad():
+                if not torch.allclose(naive_dispatch(*args), sorted_dispatch(*args), atol=1e-5,
+                                      rtol=1e-4):
+                    raise SystemExit(f"{label}: sorted and naive dispatch disagree")
+                naive_s, sorted_s = time_pair(naive_dispatch, sorted_dispatch, args, repeats)
+            rows.append({"config": label, "measured": what, "tokens": n_tokens,
+                         "naive_ms": 1e3 * naive_s, "sorted_ms": 1e3 * sorted_s,
+                         "speedup": naive_s / sorted_s})
     return rows
 
 
@@ -80,10 +91,11 @@ def main(argv=None) -> list[dict]:
           f"{torch.get_num_threads()} thread(s); {tokens} tokens, median of {repeats}")
     rows = run(tokens, repeats)
     width = max(len(r["config"]) for r in rows)
-    print(f"\n{'configuration'.ljust(width)}  naive ms  sorted ms  speed-up")
+    print(f"\n{'configuration'.ljust(width)}  {'measured':23s}  naive ms  sorted ms  "
+          "naive / sorted")
     for r in rows:
-        print(f"{r['config'].ljust(width)}  {r['naive_ms']:8.2f}  {r['sorted_ms']:9.2f}  "
-              f"{r['speedup']:7.2f}x")
+        print(f"{r['config'].ljust(width)}  {r['measured']:23s}  {r['naive_ms']:8.2f}  "
+              f"{r['sorted_ms']:9.2f}  {r['speedup']:13.2f}x")
     return rows
 
 

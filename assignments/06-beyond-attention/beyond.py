@@ -324,6 +324,9 @@ def apply_capacity(indices: Tensor, n_experts: int, capacity: int) -> tuple[Tens
         assignment got a place; ``n_dropped`` is the number of ``False`` entries.
         Places go to every token's first choice (in token order), then every second
         choice, and so on.
+
+    Hints: ``indices.t().reshape(-1)``, ``F.one_hot(..., n_experts)``,
+    ``Tensor.cumsum(dim=0)``; ``n_dropped`` must be a Python ``int``.
     """
     check_routing(indices, n_experts)
     if not isinstance(capacity, int) or capacity < 0:
@@ -368,9 +371,22 @@ def sorted_dispatch(
     experts: Sequence[nn.Module],
     kept: Tensor | None = None,
 ) -> Tensor:
-    """The same output as :func:`naive_dispatch`, from one sort by expert.
+    """``y_t = sum_j g_tj E_{i_tj}(x_t)``, dispatching with one sort by expert.
 
-    Args and returns as in :func:`naive_dispatch`.
+    Args:
+        x: ``(n_tokens, d_model)``.
+        gates, indices: ``(n_tokens, k)`` from ``top_k_gating``.
+        experts: the ``E`` expert modules, each ``(n, d_model) -> (n, d_model)``; call
+            each one at most once, on all of its tokens.
+        kept: optional bool ``(n_tokens, k)`` from ``apply_capacity``; assignments with
+            ``False`` never reach an expert.
+
+    Returns:
+        ``(n_tokens, d_model)``.
+
+    Hints: ``Tensor.reshape(-1)``, ``torch.arange(n).repeat_interleave(k)``,
+    ``torch.argsort(..., stable=True)``, ``torch.bincount(..., minlength=E).tolist()``,
+    ``Tensor.split(counts)``, ``torch.cat``, ``Tensor.index_add(0, index, source)``.
     """
     check_routing(indices, len(experts), gates)
     if x.dim() != 2 or x.size(0) != indices.size(0):
@@ -573,6 +589,9 @@ def discretize_zoh(delta, A: Tensor, B: Tensor) -> tuple[Tensor, Tensor]:
     Returns:
         ``(A_bar, B_bar)``: ``A_bar = exp(delta A)``,
         ``B_bar = (delta A)^{-1} (exp(delta A) - 1) delta B = (exp(delta A) - 1) / A * B``.
+
+    The given first line turns ``delta`` into a ``(..., 1)`` tensor that broadcasts
+    against ``A``. Hints: ``torch.exp``, ``torch.expm1``.
     """
     delta = broadcast_delta(delta, A)
     if (A == 0).any():
@@ -679,6 +698,10 @@ def selective_scan(
 
     Returns:
         ``y`` ``(batch, L, d_inner)``, or ``(y, state)``.
+
+    Hints: compute ``A_bar = exp(delta[..., None] * A)`` ``(batch, L, d_inner, N)`` and
+    ``delta_t B_t u_t`` for all steps at once, then loop ``for t in range(L)`` over the
+    state only; ``torch.stack(outputs, dim=1)``.
     """
     check_selective_inputs(u, delta, A_log, B, C)
     batch, L, d_inner = u.shape

@@ -15,7 +15,9 @@ answers back at their tokens' rows is **combine**. Two ways give the same number
   cut the sorted list into one contiguous block per expert (``bincount`` gives the
   block sizes). One gather feeds every expert, one ``index_add`` combines. Grouped
   matrix-multiply kernels (MegaBlocks, arXiv 2211.15841) start from this layout.
-  ``benchmarks/moe.py`` measures the difference.
+  ``benchmarks/moe.py`` measures the difference: on a CPU, where every expert's matrix
+  multiply runs on its own either way, sorting saves only the bookkeeping, which pays
+  with many small experts and not with a few wide ones.
 
 **Capacity.** Training systems give every expert a fixed buffer so that shapes are
 static across devices (GShard, Switch):
