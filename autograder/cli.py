@@ -1,4 +1,5 @@
-"""The ``autograder`` command line (the contract in DESIGN.md)."""
+"""The ``autograder`` command line: init, release, grade, report, feedback, validate, demo,
+and new (the contract is in the README; scripts and tests rely on it)."""
 
 from __future__ import annotations
 
@@ -26,11 +27,31 @@ def cmd_release(args) -> int:
     course = _course(args)
     if not (course.root / "nbgrader_config.py").exists():
         course.init()
+    if args.student_toolkit:
+        from .student_build import build_student_toolkit
+
+        wheel = build_student_toolkit(course.root / "student-toolkit", course.assignments_dir,
+                                      unlocked=args.unlock or [])
+        print(f"Student toolkit: {wheel}")
+        print("Students install it with: pip install " + str(wheel))
+        if not (args.all or args.name):
+            return 0
     names = available_assignments(course.assignments_dir) if args.all else [args.name]
     if not names or names == [None]:
-        raise CourseError("name an assignment or pass --all")
+        raise CourseError("name an assignment, or pass --all or --student-toolkit")
     for name in names:
-        print(f"Released {name}: {course.release(name)}")
+        print(f"Released {name}: {course.release(name, exchange=not args.no_exchange)}")
+    if not args.no_exchange:
+        print(f"Students can fetch {'them' if len(names) > 1 else 'it'} from the exchange "
+              f"({course.exchange}); afterwards: autograder collect NAME")
+    return 0
+
+
+def cmd_collect(args) -> int:
+    course = _course(args)
+    students = course.collect(args.name)
+    print(f"Collected {args.name}: {len(students)} submission(s) in {course.path('submitted')}")
+    print(f"Next: autograder grade {args.name}")
     return 0
 
 
@@ -93,6 +114,14 @@ def cmd_validate(args) -> int:
     return 0 if ok else 1
 
 
+def cmd_new(args) -> int:
+    from .scaffold import new_assignment, next_steps
+
+    files = new_assignment(args.name, title=args.title, notebook=args.notebook)
+    print(next_steps(args.name, files))
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo import demo
 
@@ -108,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     def add(name, func, help_text):
         p = sub.add_parser(name, help=help_text)
         p.set_defaults(func=func)
-        if name not in ("validate", "demo"):
+        if name not in ("validate", "demo", "new"):
             p.add_argument(
                 "--course",
                 type=Path,
@@ -118,30 +147,48 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     add("init", cmd_init, "create a course workspace wired to assignments/")
-    p = add("release", cmd_release, "student versions of assignments")
-    p.add_argument("name", nargs="?")
-    p.add_argument("--all", action="store_true")
-    p = add("grade", cmd_grade, "grade submissions")
-    p.add_argument("name")
+    p = add("release", cmd_release, "student versions of assignments, published to the exchange")
+    p.add_argument("name", nargs="?", help="the assignment folder name, e.g. 01-attention")
+    p.add_argument("--all", action="store_true", help="release every assignment")
+    p.add_argument("--no-exchange", action="store_true",
+                   help="only write release/; do not publish to nbgrader's exchange")
+    p.add_argument("--student-toolkit", action="store_true",
+                   help="build the wheel students install: the toolkit with the exercises of "
+                        "every locked assignment as stubs (written to <course>/student-toolkit/)")
+    p.add_argument("--unlock", action="append", metavar="NAME",
+                   help="with --student-toolkit: include this assignment's solutions "
+                        "(after its deadline; repeatable)")
+    p = add("collect", cmd_collect, "copy what students submitted via the exchange to submitted/")
+    p.add_argument("name", help="the assignment to collect")
+    p = add("grade", cmd_grade, "grade submissions (sandboxed kernels, hidden checks)")
+    p.add_argument("name", help="the assignment to grade")
     p.add_argument("--student", action="append", help="only this student (repeatable)")
     p.add_argument("--workers", type=int, default=None, help="parallel kernels (default: cores)")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address, e.g. tcp://host:8786")
     p.add_argument("--force", action="store_true", help="grade again submissions already graded")
     p.add_argument("--cell-timeout", type=float, default=None, help="override seconds per cell")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p = add("report", cmd_report, "scores and item analysis")
-    p.add_argument("name")
-    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p = add("report", cmd_report, "scores, diagnosed mistakes and item analysis")
+    p.add_argument("name", help="the assignment to report on")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table",
+                   help="table (default, for reading), csv (spreadsheets) or json (scripts)")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG plot here")
     p = add("feedback", cmd_feedback, "HTML feedback for every graded student (nbgrader)")
-    p.add_argument("name")
-    p = add("validate", cmd_validate, "solution full marks, stub zero, every mutant caught")
-    p.add_argument("name", nargs="?")
-    p.add_argument("--workers", type=int, default=None)
+    p.add_argument("name", help="the assignment to write feedback for")
+    p = add("validate", cmd_validate,
+            "on a throwaway course: reference full marks, stub and constant answers zero, "
+            "every named mutant caught")
+    p.add_argument("name", nargs="?", help="one assignment (default: all of them)")
+    p.add_argument("--workers", type=int, default=None, help="parallel kernels (default: cores)")
+    p = add("new", cmd_new, "a new assignment from the minimal example, ready to validate")
+    p.add_argument("name", help="folder name, e.g. 05-blocks (in assignments/, or in "
+                   "AUTOGRADER_ASSIGNMENTS)")
+    p.add_argument("--title", default=None, help="the assignment's title (default: from NAME)")
+    p.add_argument("--notebook", default=None, help="notebook name (default: from NAME)")
     p = add("demo", cmd_demo, "the whole loop end to end on a throwaway course")
     p.add_argument("--dir", default=None, help="where to put the demo course (default: a temp dir)")
     p.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=int, default=2, help="parallel kernels (default: 2)")
     return parser
 
 

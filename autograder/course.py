@@ -25,6 +25,11 @@ import jupytext
 import nbformat
 import tomllib
 
+from .feedback import FEEDBACK_EXPORTER, GENERATE_FEEDBACK_PREPROCESSORS
+from .formgrader_bridge import AUTOGRADE_PREPROCESSORS
+from .limits import Limits
+from .release_steps import GENERATE_ASSIGNMENT_PREPROCESSORS
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Instructors keep assignments elsewhere with AUTOGRADER_ASSIGNMENTS=/path (read at `init`).
 ASSIGNMENTS_DIR = Path(os.environ.get("AUTOGRADER_ASSIGNMENTS", PROJECT_ROOT / "assignments"))
@@ -43,7 +48,16 @@ c.ClearSolutions.code_stub = {{"python": "# YOUR CODE HERE\\nraise NotImplemente
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # Hidden checks live in the autograder, not in notebooks: nothing to strip or restore.
 c.GenerateAssignment.preprocessors_exclude = []
+# Stubs that name their exercise, and Run All that reaches the end (autograder.release_steps).
+c.GenerateAssignment.preprocessors = {release_steps!r}
 c.Exchange.root = {exchange!r}
+# Formgrader's "Autograde" and `nbgrader autograde` grade with `autograder grade`
+# (sandbox, hidden checks), never with plain nbgrader (autograder.formgrader_bridge).
+c.Autograde.autograde_preprocessors = {autograde!r}
+# Feedback pages name each exercise, show automatic and written points apart, draw maths
+# offline (autograder.feedback).
+c.GenerateFeedback.exporter_class = {feedback_exporter!r}
+c.GenerateFeedback.preprocessors = {feedback_steps!r}
 """
 
 
@@ -59,6 +73,8 @@ class Mutant:
     find: str
     replace: str
     breaks: list[str]
+    #: What the student did, in a sentence for them; the diagnosis shows it in feedback.
+    explanation: str = ""
 
 
 @dataclasses.dataclass
@@ -70,10 +86,9 @@ class AssignmentSpec:
     title: str
     notebooks: list[str]
     checks: str
-    cell_timeout: float = 60
-    submission_timeout: float = 600
-    call_timeout: float = 60
-    memory_bytes: int = 6 * 2**30
+    #: Time, memory and storage caps: any field of :class:`autograder.limits.Limits`
+    #: set at the top level of the file (defaults there).
+    limits: Limits = dataclasses.field(default_factory=Limits)
     forbid: list[str] = dataclasses.field(default_factory=list)
     mutants: list[Mutant] = dataclasses.field(default_factory=list)
     #: Optional script in the assignment folder, run after each *made* submission
@@ -93,8 +108,19 @@ class AssignmentSpec:
             data = tomllib.loads(toml_path.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise CourseError(f"{toml_path}: invalid TOML ({exc}); fix the file") from None
+        try:
+            limits = Limits.from_table(data, where=str(toml_path))
+        except ValueError as exc:
+            raise CourseError(str(exc)) from None
+        data = {k: v for k, v in data.items() if k not in _LIMIT_KEYS}
+        unknown = sorted(set(data) - _SPEC_KEYS)
+        if unknown:
+            raise CourseError(
+                f"{toml_path}: unknown key(s) {', '.join(unknown)}; known: "
+                f"{', '.join(sorted(_SPEC_KEYS | _LIMIT_KEYS))}"
+            )
         mutants = [Mutant(**m) for m in data.pop("mutants", [])]
-        spec = cls(name=name, path=path, mutants=mutants, **data)
+        spec = cls(name=name, path=path, mutants=mutants, limits=limits, **data)
         for nb in spec.notebooks:
             if not (path / f"{nb}.py").is_file():
                 raise CourseError(f"{toml_path}: notebook '{nb}' has no source file {nb}.py")
@@ -111,6 +137,10 @@ class AssignmentSpec:
         if self.checks.startswith(("./", "../")):
             return (self.path / self.checks).resolve()
         return Path(__file__).resolve().parent / "checks" / self.checks
+
+
+_LIMIT_KEYS = {f.name for f in dataclasses.fields(Limits)}
+_SPEC_KEYS = {f.name for f in dataclasses.fields(AssignmentSpec)} - {"name", "path", "limits"}
 
 
 def available_assignments(assignments_dir: Path = ASSIGNMENTS_DIR) -> list[str]:
@@ -154,6 +184,11 @@ class Course:
     def db_url(self) -> str:
         return f"sqlite:///{self.root / 'gradebook.db'}"
 
+    @property
+    def exchange(self) -> Path:
+        """nbgrader's exchange directory (fetch, submit, collect), inside the workspace."""
+        return self.root / "exchange"
+
     def path(self, kind: str, *parts: str) -> Path:
         return self.root.joinpath(kind, *parts)
 
@@ -174,11 +209,19 @@ class Course:
         """Create the workspace (idempotent) and build every assignment's source notebooks."""
         for kind in ("source", "release", "submitted", "autograded", "feedback", "autograder"):
             self.path(kind).mkdir(parents=True, exist_ok=True)
+        # nbgrader's exchange: students fetch from and submit to it, `collect` reads it.
+        # Every student account must be able to write here (as nbgrader asks).
+        self.exchange.mkdir(exist_ok=True)
+        os.chmod(self.exchange, 0o777)
         config = NBGRADER_CONFIG.format(
             root=str(self.root),
             course_id=COURSE_ID,
             db_url=self.db_url,
-            exchange=str(self.root / "exchange"),
+            exchange=str(self.exchange),
+            release_steps=GENERATE_ASSIGNMENT_PREPROCESSORS,
+            autograde=AUTOGRADE_PREPROCESSORS,
+            feedback_exporter=FEEDBACK_EXPORTER,
+            feedback_steps=GENERATE_FEEDBACK_PREPROCESSORS,
         )
         (self.root / "nbgrader_config.py").write_text(config)
         settings = {"assignments_dir": str(self.assignments_dir)}
@@ -187,15 +230,24 @@ class Course:
             self.build_source(self.spec(name))
 
     def build_source(self, spec: AssignmentSpec) -> Path:
-        """``assignments/<name>/*.py`` -> ``source/<name>/*.ipynb`` (+ the other files)."""
+        """``assignments/<name>/*.py`` -> ``source/<name>/*.ipynb`` (+ the other files).
+
+        The hidden checks never go along, even when an assignment keeps them in its
+        own folder (``checks = "./checks"``): a release is built from ``source/``."""
         target = self.path("source", spec.name)
         target.mkdir(parents=True, exist_ok=True)
+        checks = spec.checks_dir()
         for item in spec.path.iterdir():
             if item.name in ("assignment.toml", "__pycache__") or item.suffix == ".py":
                 continue
+            if item.resolve() == checks:
+                continue
             dest = target / item.name
             if item.is_dir():
-                shutil.copytree(item, dest, dirs_exist_ok=True)
+                def hide_checks(folder, names):
+                    return [n for n in names if (Path(folder) / n).resolve() == checks]
+
+                shutil.copytree(item, dest, dirs_exist_ok=True, ignore=hide_checks)
             else:
                 shutil.copy2(item, dest)
         for nb_name in spec.notebooks:
@@ -218,21 +270,51 @@ class Course:
             "python": "# YOUR CODE HERE\nraise NotImplementedError()"
         }
         config.ClearSolutions.text_stub = "YOUR ANSWER HERE"
-        config.Exchange.root = str(self.root / "exchange")
+        config.Exchange.root = str(self.exchange)
+        config.GenerateAssignment.preprocessors = GENERATE_ASSIGNMENT_PREPROCESSORS
+        config.GenerateFeedback.exporter_class = FEEDBACK_EXPORTER
+        config.GenerateFeedback.preprocessors = GENERATE_FEEDBACK_PREPROCESSORS
         coursedir = CourseDirectory(config=config)
         return NbGraderAPI(coursedir=coursedir, config=config)
 
-    def release(self, name: str) -> Path:
-        """Build the source notebooks and run nbgrader's generate_assignment."""
+    def release(self, name: str, exchange: bool = True) -> Path:
+        """Build the source notebooks, run nbgrader's generate_assignment and, unless
+        ``exchange`` is false, publish the release to the exchange for students to fetch."""
         self.require()
         spec = self.spec(name)
         self.build_source(spec)
-        result = self.nbgrader_api().generate_assignment(name, force=True, create=True)
+        api = self.nbgrader_api()
+        result = api.generate_assignment(name, force=True, create=True)
         if not result.get("success"):
             raise CourseError(
                 f"nbgrader could not generate '{name}':\n{result.get('error') or result.get('log')}"
             )
+        if exchange:
+            self._nbgrader_exchange(api, "ReleaseAssignment", name, force=True)
         return self.path("release", name)
+
+    def collect(self, name: str) -> list[str]:
+        """Copy what students submitted through the exchange into ``submitted/`` (newest
+        submission of each student); returns the students collected."""
+        self.require()
+        self.spec(name)
+        api = self.nbgrader_api()
+        self._nbgrader_exchange(api, "Collect", name, update=True)
+        return self.students_with_submissions(name)
+
+    def _nbgrader_exchange(self, api, action: str, name: str, **options) -> None:
+        from nbgrader.utils import capture_log, temp_attrs
+
+        with temp_attrs(api.coursedir, assignment_id=name):
+            app = getattr(api.exchange, action)(
+                coursedir=api.coursedir, authenticator=api.authenticator, parent=api)
+            for key, value in options.items():
+                setattr(app, key, value)
+            result = capture_log(app)
+        if not result.get("success"):
+            raise CourseError(
+                f"nbgrader's exchange could not {action} '{name}' in {self.exchange}:\n"
+                f"{result.get('error') or result.get('log')}")
 
     def gradebook(self):
         _venv_on_path()
