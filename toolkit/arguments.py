@@ -8,8 +8,8 @@ do the notebook exercises that are copies of those references, so a student's
 function refuses bad input with the same message as the toolkit's.
 
 Sections: numbers; positional-encoding settings; attention tensors; Transformer
-blocks. Tensor shapes follow the toolkit: attention tensors ``(B, H, T, d)``, module
-inputs ``(B, T, d_model)``.
+blocks; experts and recurrent layers. Tensor shapes follow the toolkit: attention
+tensors ``(B, H, T, d)``, module inputs ``(B, T, d_model)``.
 """
 
 from __future__ import annotations
@@ -170,3 +170,53 @@ def check_sequence(name: str, x: Tensor, d_model: int) -> None:
         raise ValueError(
             f"{name} must have shape (batch, seq, d_model={d_model}), got {tuple(x.shape)}"
         )
+
+
+# --------------------------------------------------------------------------------------
+# Experts and recurrent layers
+# --------------------------------------------------------------------------------------
+
+
+def check_routing(indices: Tensor, n_experts: int, gates: Tensor | None = None) -> None:
+    """A routing table: int ``(n_tokens, k)`` experts in ``[0, n_experts)``, and ``gates``
+    (if given) of the same shape (see :func:`toolkit.moe.top_k_gating`)."""
+    if indices.dim() != 2 or indices.dtype not in (torch.int64, torch.int32):
+        raise ValueError(
+            f"indices must be an int64 (n_tokens, k) tensor, got {indices.dtype} "
+            f"{tuple(indices.shape)}"
+        )
+    if indices.numel() and (indices.min() < 0 or indices.max() >= n_experts):
+        raise ValueError(f"indices must lie in [0, n_experts={n_experts})")
+    if gates is not None and gates.shape != indices.shape:
+        raise ValueError(
+            f"gates {tuple(gates.shape)} and indices {tuple(indices.shape)} must have the "
+            "same (n_tokens, k) shape"
+        )
+
+
+def check_selective_inputs(u: Tensor, delta: Tensor, A_log: Tensor, B: Tensor, C: Tensor) -> None:
+    """Mamba's scan inputs: ``u, delta (batch, L, d_inner)``, ``A_log (d_inner, N)``,
+    ``B, C (batch, L, N)`` (see :func:`toolkit.ssm.selective_scan`)."""
+    if u.dim() != 3 or delta.shape != u.shape:
+        raise ValueError(
+            f"u and delta must both be (batch, L, d_inner), got {tuple(u.shape)} and "
+            f"{tuple(delta.shape)}"
+        )
+    if A_log.dim() != 2 or A_log.size(0) != u.size(-1):
+        raise ValueError(f"A_log must be (d_inner={u.size(-1)}, N), got {tuple(A_log.shape)}")
+    expected = (u.size(0), u.size(1), A_log.size(1))
+    for name, t in (("B", B), ("C", C)):
+        if tuple(t.shape) != expected:
+            raise ValueError(f"{name} must be (batch, L, N) = {expected}, got {tuple(t.shape)}")
+
+
+def check_wkv_inputs(k: Tensor, v: Tensor, w: Tensor, u: Tensor) -> None:
+    """RWKV's WKV inputs: ``k, v (batch, T, C)``, ``w, u (C,)`` (see
+    :func:`toolkit.rwkv.wkv_recurrent`)."""
+    if k.dim() != 3 or v.shape != k.shape:
+        raise ValueError(
+            f"k and v must both be (batch, T, C), got {tuple(k.shape)} and {tuple(v.shape)}"
+        )
+    for name, t in (("w", w), ("u", u)):
+        if t.shape != (k.size(-1),):
+            raise ValueError(f"{name} must be (C={k.size(-1)},), got {tuple(t.shape)}")

@@ -34,6 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from toolkit.arguments import check_sequence
+
 
 class GatedAttentionUnit(nn.Module):
     """``(batch, T, d_model) -> (batch, T, d_model)``.
@@ -81,8 +83,7 @@ class GatedAttentionUnit(nn.Module):
         Returns:
             ``(batch, T, d_model)``.
         """
-        if x.dim() != 3 or x.size(-1) != self.d_model:
-            raise ValueError(f"x must be (batch, T, d_model={self.d_model}), got {tuple(x.shape)}")
+        check_sequence("x", x, self.d_model)
         T = x.size(1)
         u = F.silu(self.u_proj(x))  # (batch, T, e)
         v = F.silu(self.v_proj(x))  # (batch, T, e)

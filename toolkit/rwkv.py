@@ -42,18 +42,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from toolkit.arguments import check_wkv_inputs
+
 WkvState = tuple[Tensor, Tensor, Tensor]  # (a, b, p): numerator, denominator, max exponent
 
 
-def check_wkv_inputs(k: Tensor, v: Tensor, w: Tensor, u: Tensor) -> None:
-    """Raise ``ValueError`` unless ``k, v`` are ``(batch, T, C)`` and ``w, u`` are ``(C,)``."""
-    if k.dim() != 3 or v.shape != k.shape:
-        raise ValueError(
-            f"k and v must both be (batch, T, C), got {tuple(k.shape)} and {tuple(v.shape)}"
-        )
-    for name, t in (("w", w), ("u", u)):
-        if t.shape != (k.size(-1),):
-            raise ValueError(f"{name} must be (C={k.size(-1)},), got {tuple(t.shape)}")
 
 
 def wkv_parallel(k: Tensor, v: Tensor, w: Tensor, u: Tensor) -> Tensor:

@@ -62,14 +62,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-# Building blocks that are not exercises here: the SwiGLU expert (Assignment 05), input
-# checks, and the widgets.
+# Building blocks that are not exercises here: input checks, the SwiGLU expert
+# (Assignment 05), small helpers, and the widgets.
+from toolkit.arguments import (
+    check_routing,
+    check_selective_inputs,
+    check_sequence,
+    check_wkv_inputs,
+)
 from toolkit.ffn import SwiGLU
-from toolkit.moe.dispatch import check_routing, expert_capacity
+from toolkit.moe.dispatch import expert_capacity
 from toolkit.moe.routing import GATINGS, flatten_router_logits
-from toolkit.rwkv import WkvState, check_wkv_inputs
+from toolkit.rwkv import WkvState
 from toolkit.ssm.lti import broadcast_delta
-from toolkit.ssm.selective import check_selective_inputs
 from toolkit.widgets.decoding_cost import decoding_cost_explorer
 from toolkit.widgets.moe import router_load_explorer
 from toolkit.widgets.rwkv import rwkv_decay_explorer
@@ -474,10 +479,7 @@ class SparseMoE(nn.Module):
             ``"router_logits"`` ``(batch * seq, E)`` (for the auxiliary losses) and
             ``"n_dropped"``, the number of assignments the capacity dropped.
         """
-        if x.dim() != 3 or x.size(-1) != self.d_model:
-            raise ValueError(
-                f"x must be (batch, seq, d_model={self.d_model}), got {tuple(x.shape)}"
-            )
+        check_sequence("x", x, self.d_model)
         batch, seq, d_model = x.shape
         tokens = x.reshape(batch * seq, d_model)
         ### BEGIN SOLUTION
@@ -968,8 +970,7 @@ class GatedAttentionUnit(nn.Module):
         Returns:
             ``(batch, T, d_model)``.
         """
-        if x.dim() != 3 or x.size(-1) != self.d_model:
-            raise ValueError(f"x must be (batch, T, d_model={self.d_model}), got {tuple(x.shape)}")
+        check_sequence("x", x, self.d_model)
         T = x.size(1)
         ### BEGIN SOLUTION
         u = F.silu(self.u_proj(x))  # (batch, T, e)

@@ -41,6 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from toolkit.arguments import check_routing
+
 
 def expert_capacity(n_tokens: int, n_experts: int, k: int = 1, capacity_factor: float = 1.0) -> int:
     """Buffer size per expert: ``ceil(capacity_factor * k * n_tokens / n_experts)``.
@@ -55,20 +57,6 @@ def expert_capacity(n_tokens: int, n_experts: int, k: int = 1, capacity_factor: 
     return math.ceil(capacity_factor * k * n_tokens / n_experts)
 
 
-def check_routing(indices: Tensor, n_experts: int, gates: Tensor | None = None) -> None:
-    """``indices`` must be an int ``(n_tokens, k)`` table of experts in ``[0, n_experts)``."""
-    if indices.dim() != 2 or indices.dtype not in (torch.int64, torch.int32):
-        raise ValueError(
-            f"indices must be an int64 (n_tokens, k) tensor, got {indices.dtype} "
-            f"{tuple(indices.shape)}"
-        )
-    if indices.numel() and (indices.min() < 0 or indices.max() >= n_experts):
-        raise ValueError(f"indices must lie in [0, n_experts={n_experts})")
-    if gates is not None and gates.shape != indices.shape:
-        raise ValueError(
-            f"gates {tuple(gates.shape)} and indices {tuple(indices.shape)} must have the "
-            "same (n_tokens, k) shape"
-        )
 
 
 def apply_capacity(indices: Tensor, n_experts: int, capacity: int) -> tuple[Tensor, int]:

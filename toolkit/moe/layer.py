@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from toolkit.arguments import check_sequence
 from toolkit.ffn import SwiGLU
 from toolkit.moe.dispatch import apply_capacity, expert_capacity, sorted_dispatch
 from toolkit.moe.routing import GATINGS, top_k_gating
@@ -88,10 +89,7 @@ class SparseMoE(nn.Module):
             ``"router_logits"`` ``(batch * seq, E)`` (for the auxiliary losses) and
             ``"n_dropped"``, the number of assignments the capacity dropped.
         """
-        if x.dim() != 3 or x.size(-1) != self.d_model:
-            raise ValueError(
-                f"x must be (batch, seq, d_model={self.d_model}), got {tuple(x.shape)}"
-            )
+        check_sequence("x", x, self.d_model)
         batch, seq, d_model = x.shape
         tokens = x.reshape(batch * seq, d_model)
         logits = self.gate(tokens)  # (n_tokens, E)

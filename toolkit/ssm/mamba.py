@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from toolkit.arguments import check_sequence
 from toolkit.ssm.selective import selective_scan, selective_step
 
 
@@ -115,8 +116,7 @@ class MambaMixer(nn.Module):
         Returns:
             ``(batch, L, d_model)``, or ``(output, cache)``.
         """
-        if x.dim() != 3 or x.size(-1) != self.d_model:
-            raise ValueError(f"x must be (batch, L, d_model={self.d_model}), got {tuple(x.shape)}")
+        check_sequence("x", x, self.d_model)
         L = x.size(1)
         x_in, z = self.in_proj(x).chunk(2, dim=-1)  # (batch, L, d_inner) each
         # Conv1d pads d_conv - 1 zeros on both sides; the first L outputs are the causal ones.

@@ -35,20 +35,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-
-def check_selective_inputs(u: Tensor, delta: Tensor, A_log: Tensor, B: Tensor, C: Tensor) -> None:
-    """Raise ``ValueError`` unless the shapes are those of :func:`selective_scan`."""
-    if u.dim() != 3 or delta.shape != u.shape:
-        raise ValueError(
-            f"u and delta must both be (batch, L, d_inner), got {tuple(u.shape)} and "
-            f"{tuple(delta.shape)}"
-        )
-    if A_log.dim() != 2 or A_log.size(0) != u.size(-1):
-        raise ValueError(f"A_log must be (d_inner={u.size(-1)}, N), got {tuple(A_log.shape)}")
-    expected = (u.size(0), u.size(1), A_log.size(1))
-    for name, t in (("B", B), ("C", C)):
-        if tuple(t.shape) != expected:
-            raise ValueError(f"{name} must be (batch, L, N) = {expected}, got {tuple(t.shape)}")
+from toolkit.arguments import check_selective_inputs
 
 
 def selective_scan(

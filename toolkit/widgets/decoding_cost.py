@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from matplotlib.figure import Figure
 
-from toolkit.widgets.display import LABEL_STYLE, figure_to_png, headless_placeholder, is_headless
+from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
 
 DTYPE_BYTES = {"fp32": 4, "fp16 / bf16": 2}
 KINDS = ("attention + KV cache", "Mamba", "RWKV")
@@ -122,15 +122,9 @@ def decoding_cost_explorer(measured: Mapping | None = None):
     n_layers = w.IntSlider(style=LABEL_STYLE, value=24, min=1, max=64, description="layers")
     dtype = w.Dropdown(style=LABEL_STYLE, options=list(DTYPE_BYTES), value="fp16 / bf16",
                        description="dtype")
-    image = w.Image(format="png")
 
-    def redraw(_change=None):
-        fig = plot_decoding_costs(measured=measured, d_model=d_model.value,
-                                  n_layers=n_layers.value, n_heads=d_model.value // 64,
-                                  bytes_per_element=DTYPE_BYTES[dtype.value])
-        image.value = figure_to_png(fig)
+    def draw(d_model, n_layers, dtype):
+        return plot_decoding_costs(measured=measured, d_model=d_model, n_layers=n_layers,
+                                   n_heads=d_model // 64, bytes_per_element=DTYPE_BYTES[dtype])
 
-    for control in (d_model, n_layers, dtype):
-        control.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox([d_model, n_layers, dtype]), image])
+    return live_figure(dict(d_model=d_model, n_layers=n_layers, dtype=dtype), draw)

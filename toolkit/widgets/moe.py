@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 
 from toolkit.moe.dispatch import apply_capacity, expert_capacity
 from toolkit.moe.routing import expert_load, load_balancing_loss, top_k_gating
-from toolkit.widgets.display import LABEL_STYLE, figure_to_png, headless_placeholder, is_headless
+from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
 
 
 def simulate_router(
@@ -146,15 +146,12 @@ def router_load_explorer(
                              description="alpha")
     factor = w.FloatSlider(style=LABEL_STYLE, value=1.25, min=0.5, max=2.5, step=0.05,
                            description="capacity factor")
-    image = w.Image(format="png")
 
-    def redraw(_change=None):
-        kk = min(k.value, n_experts.value)
-        runs = [simulate_router(n_experts.value, kk, a, gating_fn=gating_fn,
-                                balance_loss_fn=balance_loss_fn) for a in (0.0, alpha.value)]
-        image.value = figure_to_png(plot_router_load(*runs, factor.value, alpha.value))
+    def draw(n_experts, k, alpha, capacity_factor):
+        k = min(k, n_experts)
+        runs = [simulate_router(n_experts, k, a, gating_fn=gating_fn,
+                                balance_loss_fn=balance_loss_fn) for a in (0.0, alpha)]
+        return plot_router_load(*runs, capacity_factor, alpha)
 
-    for control in (n_experts, k, alpha, factor):
-        control.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox([n_experts, k]), w.HBox([alpha, factor]), image])
+    controls = dict(n_experts=n_experts, k=k, alpha=alpha, capacity_factor=factor)
+    return live_figure(controls, draw, rows=[[n_experts, k], [alpha, factor]])

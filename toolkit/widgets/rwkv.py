@@ -21,7 +21,7 @@ import torch
 from matplotlib.figure import Figure
 
 from toolkit.rwkv import wkv_recurrent
-from toolkit.widgets.display import LABEL_STYLE, figure_to_png, headless_placeholder, is_headless
+from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
 
 
 def channel_decays(w_min: float = 0.01, w_max: float = 2.0, n_channels: int = 8) -> torch.Tensor:
@@ -107,14 +107,10 @@ def rwkv_decay_explorer(wkv_fn: Callable = wkv_recurrent):
     mark = w.IntSlider(style=LABEL_STYLE, value=8, min=0, max=40, description="marked token")
     k_mark = w.FloatSlider(style=LABEL_STYLE, value=2.0, min=-3, max=6, step=0.25,
                            description="its key")
-    image = w.Image(format="png")
 
-    def redraw(_change=None):
-        low, high = sorted((w_range.value, w_top.value))
-        fig = plot_rwkv_decay(low, high, u.value, mark.value, k_mark.value, wkv_fn=wkv_fn)
-        image.value = figure_to_png(fig)
+    def draw(w_slow, w_fast, u, mark_at, k_mark):
+        low, high = sorted((w_slow, w_fast))
+        return plot_rwkv_decay(low, high, u, mark_at, k_mark, wkv_fn=wkv_fn)
 
-    for control in (w_range, w_top, u, mark, k_mark):
-        control.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox([w_range, w_top, u]), w.HBox([mark, k_mark]), image])
+    controls = dict(w_slow=w_range, w_fast=w_top, u=u, mark_at=mark, k_mark=k_mark)
+    return live_figure(controls, draw, rows=[[w_range, w_top, u], [mark, k_mark]])

@@ -24,7 +24,7 @@ import torch
 from matplotlib.figure import Figure
 
 from toolkit.ssm.lti import discretize_zoh
-from toolkit.widgets.display import LABEL_STYLE, figure_to_png, headless_placeholder, is_headless
+from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
 
 
 def memory_horizon(delta: float, A: float, tol: float = 0.01) -> int:
@@ -141,14 +141,9 @@ def ssm_kernel_explorer(discretize_fn: Callable = discretize_zoh):
                          description="|A| (slowest)")
     n_state = w.IntSlider(style=LABEL_STYLE, value=3, min=1, max=6, description="state size N")
     reset = w.IntSlider(style=LABEL_STYLE, value=20, min=6, max=47, description="reset at token")
-    image = w.Image(format="png")
 
-    def redraw(_change=None):
-        fig = plot_ssm_kernel(delta.value, a.value, n_state.value, reset_at=reset.value,
-                              discretize_fn=discretize_fn)
-        image.value = figure_to_png(fig)
+    def draw(delta, a, n_state, reset_at):
+        return plot_ssm_kernel(delta, a, n_state, reset_at=reset_at, discretize_fn=discretize_fn)
 
-    for control in (delta, a, n_state, reset):
-        control.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox([delta, a]), w.HBox([n_state, reset]), image])
+    controls = dict(delta=delta, a=a, n_state=n_state, reset_at=reset)
+    return live_figure(controls, draw, rows=[[delta, a], [n_state, reset]])
