@@ -10,6 +10,8 @@ checkout, which git ignores, so student data never lands in the repository)::
     autograded/<student>/<assignment>/...     executed notebooks with the check reports
     feedback/<student>/<assignment>/...       HTML feedback (nbgrader generate_feedback)
     autograder/<assignment>/<student>.json    our per-check results (resume + reports)
+    lectures/<lecture>.ipynb   README.md      from course/ (the outline, course/course.toml)
+    check-my-work/<user>.json                 each user's latest "Check my work" results
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import jupytext
 import nbformat
 import tomllib
 
+from . import gradebook_url
 from .feedback import FEEDBACK_EXPORTER, GENERATE_FEEDBACK_PREPROCESSORS
 from .formgrader_bridge import AUTOGRADE_PREPROCESSORS
 from .limits import Limits
@@ -170,19 +173,40 @@ def _venv_on_path() -> None:
 class Course:
     """A course workspace on disk (see the module docstring for the layout)."""
 
-    def __init__(self, root: Path | str | None = None, assignments_dir: Path | None = None):
+    def __init__(
+        self,
+        root: Path | str | None = None,
+        assignments_dir: Path | None = None,
+        course_file: Path | None = None,
+    ):
         self.root = Path(root or DEFAULT_COURSE_DIR).resolve()
-        if assignments_dir is None:
-            # A workspace remembers the assignments folder it was created from.
-            settings = self.root / SETTINGS_FILE
-            if settings.is_file():
-                assignments_dir = json.loads(settings.read_text()).get("assignments_dir")
+        # A workspace remembers the assignments folder and outline it was created from,
+        # and where its gradebook lives when that is not the default SQLite file.
+        settings = self.root / SETTINGS_FILE
+        saved = json.loads(settings.read_text()) if settings.is_file() else {}
+        assignments_dir = assignments_dir or saved.get("assignments_dir")
         self.assignments_dir = Path(assignments_dir or ASSIGNMENTS_DIR).resolve()
+        course_file = course_file or saved.get("course_file")
+        self.outline_file = Path(course_file).resolve() if course_file else self._outline_file()
+        self._db_url: str | None = saved.get("db_url")
+
+    def _outline_file(self) -> Path:
+        """``course/course.toml`` beside the assignments folder (or AUTOGRADER_COURSE_FILE)."""
+        if os.environ.get("AUTOGRADER_COURSE_FILE"):
+            return Path(os.environ["AUTOGRADER_COURSE_FILE"]).resolve()
+        return self.assignments_dir.parent / "course" / "course.toml"
+
+    def outline(self):
+        """The course outline (:mod:`autograder.outline`): what to teach, in which order."""
+        from .outline import load_outline
+
+        return load_outline(self.outline_file, self.assignments_dir)
 
     # -- layout ------------------------------------------------------------------
     @property
     def db_url(self) -> str:
-        return f"sqlite:///{self.root / 'gradebook.db'}"
+        """The gradebook's SQLAlchemy URL (see :mod:`autograder.gradebook_url`)."""
+        return self._db_url or gradebook_url.sqlite_url(self.root)
 
     @property
     def exchange(self) -> Path:
@@ -205,8 +229,16 @@ class Course:
             )
 
     # -- set-up --------------------------------------------------------------------
-    def init(self) -> None:
-        """Create the workspace (idempotent) and build every assignment's source notebooks."""
+    def init(self, db_url: str | None = None) -> None:
+        """Create the workspace (idempotent) and build every assignment's source notebooks.
+
+        ``db_url`` puts the gradebook in another database (PostgreSQL, say); without it
+        a workspace keeps the database it was created with (by default SQLite)."""
+        if db_url is not None:
+            try:
+                self._db_url = gradebook_url.check(db_url)
+            except gradebook_url.GradebookUrlError as exc:
+                raise CourseError(str(exc)) from None
         for kind in ("source", "release", "submitted", "autograded", "feedback", "autograder"):
             self.path(kind).mkdir(parents=True, exist_ok=True)
         # nbgrader's exchange: students fetch from and submit to it, `collect` reads it.
@@ -224,10 +256,40 @@ class Course:
             feedback_steps=GENERATE_FEEDBACK_PREPROCESSORS,
         )
         (self.root / "nbgrader_config.py").write_text(config)
-        settings = {"assignments_dir": str(self.assignments_dir)}
-        (self.root / SETTINGS_FILE).write_text(json.dumps(settings, indent=1) + "\n")
+        settings = {
+            "assignments_dir": str(self.assignments_dir),
+            "course_file": str(self.outline_file),
+        }
+        if self._db_url:
+            settings["db_url"] = self._db_url
+        settings_path = self.root / SETTINGS_FILE
+        settings_path.write_text(json.dumps(settings, indent=1) + "\n")
+        gradebook_url.protect(self.db_url, [self.root / "nbgrader_config.py", settings_path])
         for name in available_assignments(self.assignments_dir):
             self.build_source(self.spec(name))
+        self.build_lectures()
+
+    def build_lectures(self) -> list[Path]:
+        """The outline's lectures as notebooks in ``lectures/``, and its README as the
+        workspace's ``README.md``. A lecture notebook edited after it was built (newer than
+        its source) is kept as it is."""
+        outline = self.outline()
+        built = []
+        for lecture in outline.lectures:
+            source = outline.lecture_source(lecture)
+            target = self.path("lectures", f"{lecture.stem}.ipynb")
+            if target.is_file() and target.stat().st_mtime >= source.stat().st_mtime:
+                built.append(target)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if source.suffix == ".py":
+                nbformat.write(notebook_from_text(source.read_text()), target)
+            else:
+                shutil.copyfile(source, target)
+            built.append(target)
+        if outline.readme is not None:
+            shutil.copyfile(outline.readme, self.root / "README.md")
+        return built
 
     def build_source(self, spec: AssignmentSpec) -> Path:
         """``assignments/<name>/*.py`` -> ``source/<name>/*.ipynb`` (+ the other files).
@@ -252,6 +314,8 @@ class Course:
                 shutil.copy2(item, dest)
         for nb_name in spec.notebooks:
             nb = notebook_from_text(spec.source_text(nb_name))
+            # Carried into the release: tells "Check my work" which notebook this is.
+            nb.metadata["autograder"] = {"assignment": spec.name, "notebook": nb_name}
             nbformat.write(nb, target / f"{nb_name}.ipynb")
         return target
 
@@ -315,6 +379,30 @@ class Course:
             raise CourseError(
                 f"nbgrader's exchange could not {action} '{name}' in {self.exchange}:\n"
                 f"{result.get('error') or result.get('log')}")
+
+    def edited_release(self, name: str) -> list[str]:
+        """Released notebooks of ``name`` whose answer cells were changed since release.
+
+        nbgrader stores a checksum of every answer cell when it releases a notebook; a
+        cell that no longer matches holds someone's work (a self-learner works right in
+        ``release/``), which releasing again would overwrite."""
+        from nbgrader.utils import compute_checksum
+
+        edited = []
+        for path in sorted(self.path("release", name).glob("*.ipynb")):
+            try:
+                nb = nbformat.read(path, as_version=4)
+            except Exception:  # unreadable: whatever it is, it is not a fresh release
+                edited.append(path.name)
+                continue
+            for cell in nb.cells:
+                meta = cell.metadata.get("nbgrader", {})
+                if meta.get("solution") and meta.get("checksum") not in (
+                    None, compute_checksum(cell)
+                ):
+                    edited.append(path.name)
+                    break
+        return edited
 
     def gradebook(self):
         _venv_on_path()

@@ -61,8 +61,11 @@ from torch import Tensor, nn
 # Pieces that are not exercises here: the position-wise feed-forward network (section 4
 # of the course) and the input checks the blocks use. Everything else you write yourself.
 from toolkit.arguments import check_block_args, check_bool_mask, check_sequence
+from toolkit.notebook import friendly_errors
 from toolkit.transformer import PositionwiseFeedForward
 from toolkit.widgets.attention import attention_explorer, families_explorer, permutation_demo
+
+friendly_errors()  # one short line, not a long traceback, for an exercise not written yet
 
 _ = torch.manual_seed(0)  # reproducible examples
 

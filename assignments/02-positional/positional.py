@@ -78,6 +78,7 @@ from toolkit.arguments import (
     check_int,
     check_rope_layout,
 )
+from toolkit.notebook import friendly_errors
 from toolkit.widgets.position import (
     alibi_explorer,
     rope_rotation_explorer,
@@ -85,6 +86,8 @@ from toolkit.widgets.position import (
     score_vs_distance_explorer,
     train_short_test_long_explorer,
 )
+
+friendly_errors()  # one short line, not a long traceback, for an exercise not written yet
 
 _ = torch.manual_seed(0)  # reproducible examples
 

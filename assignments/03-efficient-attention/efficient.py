@@ -55,8 +55,11 @@ from toolkit.attention import scaled_dot_product_attention
 from toolkit.linear_attention import FeatureMap, elu_feature_map
 from toolkit.masks import causal_mask, combine_masks, mask_cell_count, query_key_offsets
 from toolkit.mla import LatentKVCache
+from toolkit.notebook import friendly_errors
 from toolkit.position import apply_rope
 from toolkit.widgets.efficient import kv_cache_calculator, mask_gallery
+
+friendly_errors()  # one short line, not a long traceback, for an exercise not written yet
 
 _ = torch.manual_seed(0)
 

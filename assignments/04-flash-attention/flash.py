@@ -65,7 +65,10 @@ from toolkit.arguments import check_flash_inputs
 from toolkit.flash import NEG_INF, PeakMemoryCounter, causal_tile_mask
 from toolkit.kernels.flash_teaching import check_kernel_launch
 from toolkit.kernels.runtime import LOG2E
+from toolkit.notebook import friendly_errors
 from toolkit.widgets.efficient import attention_memory_explorer, online_softmax_stepper
+
+friendly_errors()  # one short line, not a long traceback, for an exercise not written yet
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 _ = torch.manual_seed(0)

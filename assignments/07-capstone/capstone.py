@@ -70,6 +70,7 @@ from toolkit.gqa import repeat_kv
 from toolkit.masks import causal_mask
 from toolkit.models import GPTConfig, count_parameters, parameter_matched_configs
 from toolkit.norm import LayerNorm, RMSNorm
+from toolkit.notebook import friendly_errors
 from toolkit.position import apply_rope
 from toolkit.train import (
     TrainHistory,
@@ -85,6 +86,8 @@ from toolkit.widgets.generation import (
     sampling_playground,
     side_by_side_generation,
 )
+
+friendly_errors()  # one short line, not a long traceback, for an exercise not written yet
 
 _ = torch.manual_seed(0)
 

@@ -6,6 +6,7 @@ import torch
 
 from autograder.diagnosis import fingerprint_matches, same_answer, usable
 from autograder.feedback import maths_to_mathml, part_name, summary_markdown
+from autograder.jobs import CheckRecord
 from autograder.protocol import Exchange, ForbiddenShortcut, SubmissionError
 from autograder.scoring import attempted, score_cells
 
@@ -47,15 +48,17 @@ def test_stubs_and_shortcuts_are_never_diagnosed():
     assert not usable([]) and not usable([stub, value]) and not usable([shortcut, value])
 
 
+def _check(passed, message="", **flags):
+    return CheckRecord(id="t", module="m", description="d", grade_cell="g", passed=passed,
+                       message=message, **flags)
+
+
 def test_not_attempted_and_gated_checks():
-    stub = {"passed": False, "message": "NotImplementedError: `f` is not written yet",
-            "grade_cell": "g", "weight": 1}
-    assert not attempted([stub, dict(stub)])
-    assert attempted([stub, {**stub, "message": "differs from the expected values"}])
-    prop = {"passed": True, "property": True, "grade_cell": "g", "weight": 1}
-    wrong = {"passed": False, "grade_cell": "g", "weight": 1, "message": "differs"}
-    assert score_cells({"g": 2}, [prop, wrong])["g"]["score"] == 0  # a constant passes this
-    right = {"passed": True, "grade_cell": "g", "weight": 1}
+    stub = _check(False, "NotImplementedError: `f` is not written yet")
+    assert not attempted([stub, stub])
+    assert attempted([stub, _check(False, "differs from the expected values")])
+    prop, wrong, right = _check(True, property=True), _check(False, "differs"), _check(True)
+    assert score_cells({"g": 2}, [prop, wrong])["g"]["score"] == 0  # a constant passes prop
     assert score_cells({"g": 3}, [prop, wrong, right])["g"]["score"] == 2
 
 
