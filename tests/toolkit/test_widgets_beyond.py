@@ -16,10 +16,10 @@ from matplotlib.figure import Figure  # noqa: E402
 from toolkit.moe import load_balancing_loss, top_k_gating  # noqa: E402
 from toolkit.rwkv import wkv_parallel  # noqa: E402
 from toolkit.ssm import discretize_simplified  # noqa: E402
-from toolkit.widgets import decoding_cost as DC  # noqa: E402
-from toolkit.widgets import moe as M  # noqa: E402
-from toolkit.widgets import rwkv as R  # noqa: E402
-from toolkit.widgets import ssm as S  # noqa: E402
+from toolkit.widgets.beyond import decoding_cost as DC  # noqa: E402
+from toolkit.widgets.beyond import moe as M  # noqa: E402
+from toolkit.widgets.beyond import rwkv as R  # noqa: E402
+from toolkit.widgets.beyond import ssm as S  # noqa: E402
 from toolkit.widgets.display import HEADLESS_ENV, figure_to_png  # noqa: E402
 
 BUILDERS = [M.router_load_explorer, S.ssm_kernel_explorer, R.rwkv_decay_explorer,

@@ -23,8 +23,14 @@ from collections.abc import Callable
 import torch
 from matplotlib.figure import Figure
 
-from toolkit.moe.dispatch import apply_capacity, expert_capacity
-from toolkit.moe.routing import expert_load, load_balancing_loss, top_k_gating
+from toolkit.arguments import check_top_k
+from toolkit.moe import (
+    apply_capacity,
+    expert_capacity,
+    expert_load,
+    load_balancing_loss,
+    top_k_gating,
+)
 from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
 
 
@@ -51,8 +57,7 @@ def simulate_router(
         step), ``"indices"`` ``(n_tokens, k)`` (the last routing) and ``"balance_loss"``
         (a list, one value per step).
     """
-    if not 1 <= k <= n_experts:
-        raise ValueError(f"k must be in [1, n_experts={n_experts}], got {k}")
+    check_top_k(k, n_experts)
     if alpha < 0 or steps < 1:
         raise ValueError(f"alpha must be >= 0 and steps >= 1, got {alpha} and {steps}")
     g = torch.Generator().manual_seed(seed)
