@@ -37,11 +37,17 @@ matplotlib.use("Agg")  # figures render to PNG; nothing needs a display
 import torch  # noqa: E402
 
 from toolkit.moe import MIXTRAL_8X7B, moe_parameter_counts  # noqa: E402
+from toolkit.notebook import friendly_errors  # noqa: E402
 from toolkit.ssm import associative_scan, selective_scan  # noqa: E402
-from toolkit.widgets.decoding_cost import decoding_cost_explorer, decoding_costs  # noqa: E402
-from toolkit.widgets.moe import router_load_explorer  # noqa: E402
-from toolkit.widgets.rwkv import rwkv_decay_explorer  # noqa: E402
-from toolkit.widgets.ssm import ssm_kernel_explorer  # noqa: E402
+from toolkit.widgets.beyond import (  # noqa: E402
+    decoding_cost_explorer,
+    decoding_costs,
+    router_load_explorer,
+    rwkv_decay_explorer,
+    ssm_kernel_explorer,
+)
+
+friendly_errors()  # one line, not a traceback, for a name that a failed cell did not make
 
 torch.manual_seed(0)
 torch.set_default_dtype(torch.float64)  # exact comparisons below

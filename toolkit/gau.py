@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from toolkit.arguments import check_sequence
+from toolkit.arguments import check_int, check_sequence
 
 
 class GatedAttentionUnit(nn.Module):
@@ -58,12 +58,10 @@ class GatedAttentionUnit(nn.Module):
         bias: bool = True,
     ):
         super().__init__()
+        check_int("d_model", d_model)
+        check_int("d_qk", d_qk)
         e = int(expansion_factor * d_model)
-        if d_model < 1 or e < 1 or d_qk < 1:
-            raise ValueError(
-                f"d_model, int(expansion_factor * d_model) and d_qk must be >= 1, got "
-                f"{d_model}, {e}, {d_qk}"
-            )
+        check_int("int(expansion_factor * d_model)", e)
         self.d_model, self.causal = d_model, causal
         self.u_proj = nn.Linear(d_model, e, bias=bias)  # gate branch U
         self.v_proj = nn.Linear(d_model, e, bias=bias)  # value branch V

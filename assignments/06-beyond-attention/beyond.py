@@ -65,20 +65,30 @@ from torch import Tensor, nn
 # Building blocks that are not exercises here: input checks, the SwiGLU expert
 # (Assignment 05), small helpers, and the widgets.
 from toolkit.arguments import (
+    check_capacity_factor,
+    check_dispatch_inputs,
+    check_gating,
+    check_int,
     check_routing,
     check_selective_inputs,
     check_sequence,
+    check_top_k,
     check_wkv_inputs,
+    check_zoh_inputs,
 )
 from toolkit.ffn import SwiGLU
-from toolkit.moe.dispatch import expert_capacity
-from toolkit.moe.routing import GATINGS, flatten_router_logits
+from toolkit.moe import expert_capacity, flatten_router_logits
+from toolkit.notebook import friendly_errors
 from toolkit.rwkv import WkvState
-from toolkit.ssm.lti import broadcast_delta
-from toolkit.widgets.decoding_cost import decoding_cost_explorer
-from toolkit.widgets.moe import router_load_explorer
-from toolkit.widgets.rwkv import rwkv_decay_explorer
-from toolkit.widgets.ssm import ssm_kernel_explorer
+from toolkit.ssm import broadcast_delta
+from toolkit.widgets.beyond import (
+    decoding_cost_explorer,
+    router_load_explorer,
+    rwkv_decay_explorer,
+    ssm_kernel_explorer,
+)
+
+friendly_errors()  # one short line, not a long traceback, for an exercise not written yet
 
 _ = torch.manual_seed(0)  # reproducible examples
 
@@ -140,10 +150,8 @@ def top_k_gating(
         ``(gates, indices)``, both ``(..., k)``, ordered from the largest logit down;
         ``indices`` is int64.
     """
-    if gating not in GATINGS:
-        raise ValueError(f"gating must be one of {GATINGS}, got {gating!r}")
-    if not isinstance(k, int) or not 1 <= k <= logits.size(-1):
-        raise ValueError(f"k must be an int in [1, n_experts={logits.size(-1)}], got {k!r}")
+    check_gating(gating)
+    check_top_k(k, logits.size(-1))
     ### BEGIN SOLUTION
     top_logits, indices = logits.topk(k, dim=-1)  # the k largest logits of each token
     if gating == "topk_then_softmax":
@@ -334,8 +342,7 @@ def apply_capacity(indices: Tensor, n_experts: int, capacity: int) -> tuple[Tens
     ``Tensor.cumsum(dim=0)``; ``n_dropped`` must be a Python ``int``.
     """
     check_routing(indices, n_experts)
-    if not isinstance(capacity, int) or capacity < 0:
-        raise ValueError(f"capacity must be an int >= 0, got {capacity!r}")
+    check_int("capacity", capacity, minimum=0)
     n_tokens, k = indices.shape
     ### BEGIN SOLUTION
     queue = indices.t().reshape(-1)  # slot-major: all first choices, then all second choices
@@ -393,11 +400,7 @@ def sorted_dispatch(
     ``torch.argsort(..., stable=True)``, ``torch.bincount(..., minlength=E).tolist()``,
     ``Tensor.split(counts)``, ``torch.cat``, ``Tensor.index_add(0, index, source)``.
     """
-    check_routing(indices, len(experts), gates)
-    if x.dim() != 2 or x.size(0) != indices.size(0):
-        raise ValueError(
-            f"x must be (n_tokens={indices.size(0)}, d_model), got {tuple(x.shape)}"
-        )
+    check_dispatch_inputs(x, gates, indices, len(experts))
     n_tokens, k = indices.shape
     ### BEGIN SOLUTION
     expert_of = indices.reshape(-1)  # (n_tokens * k,) the expert of each assignment
@@ -456,12 +459,12 @@ class SparseMoE(nn.Module):
         n_shared_experts: int = 0,
     ):
         super().__init__()
-        if gating not in GATINGS:
-            raise ValueError(f"gating must be one of {GATINGS}, got {gating!r}")
-        if not 1 <= k <= n_experts:
-            raise ValueError(f"k must be in [1, n_experts={n_experts}], got {k}")
-        if capacity_factor is not None and not capacity_factor > 0:
-            raise ValueError(f"capacity_factor must be > 0 or None, got {capacity_factor!r}")
+        for name, size in (("d_model", d_model), ("d_ff", d_ff), ("n_experts", n_experts)):
+            check_int(name, size)
+        check_int("n_shared_experts", n_shared_experts, minimum=0)
+        check_top_k(k, n_experts)
+        check_gating(gating)
+        check_capacity_factor(capacity_factor)
         self.d_model, self.n_experts, self.k = d_model, n_experts, k
         self.gating, self.renormalize, self.capacity_factor = gating, renormalize, capacity_factor
         self.gate = nn.Linear(d_model, n_experts, bias=False)  # router: logits = x W_r^T
@@ -497,7 +500,7 @@ class SparseMoE(nn.Module):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_sparse_moe", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-from toolkit.moe.dispatch import naive_dispatch  # noqa: E402  the loop, to compare with
+from toolkit.moe import naive_dispatch  # noqa: E402  the loop, to compare with
 
 indices = torch.tensor([[0, 1], [0, 1], [0, 2], [1, 0]])  # 4 tokens, top-2 of 3 experts
 kept, n_dropped = apply_capacity(indices, n_experts=3, capacity=2)
@@ -539,7 +542,7 @@ print("✓ apply_capacity, sorted_dispatch and SparseMoE pass the visible checks
 # the experts only $k = 2$ times out of 8.
 
 # %%
-from toolkit.moe.layer import MIXTRAL_8X7B, moe_parameter_counts  # noqa: E402
+from toolkit.moe import MIXTRAL_8X7B, moe_parameter_counts  # noqa: E402
 
 counts = moe_parameter_counts(**MIXTRAL_8X7B)
 print(f"Mixtral 8x7B: {counts['total'] / 1e9:.1f}B parameters, {counts['active'] / 1e9:.1f}B "
@@ -592,12 +595,11 @@ def discretize_zoh(delta, A: Tensor, B: Tensor) -> tuple[Tensor, Tensor]:
         ``(A_bar, B_bar)``: ``A_bar = exp(delta A)``,
         ``B_bar = (delta A)^{-1} (exp(delta A) - 1) delta B = (exp(delta A) - 1) / A * B``.
 
-    The given first line turns ``delta`` into a ``(..., 1)`` tensor that broadcasts
-    against ``A``. Hints: ``torch.exp``, ``torch.expm1``.
+    The given lines check the inputs and turn ``delta`` into a ``(..., 1)`` tensor that
+    broadcasts against ``A``. Hints: ``torch.exp``, ``torch.expm1``.
     """
+    check_zoh_inputs(delta, A)
     delta = broadcast_delta(delta, A)
-    if (A == 0).any():
-        raise ValueError("A has zero entries: ZOH divides by A (as A -> 0, B_bar -> delta B)")
     ### BEGIN SOLUTION
     dA = delta * A  # delta A, elementwise for a diagonal A
     A_bar = torch.exp(dA)  # exp(delta A)
@@ -618,7 +620,7 @@ if torch.allclose(B_bar, 0.4 * B):
 assert torch.allclose(B_bar, exact), f"B_bar should be {exact.tolist()}, got {B_bar.tolist()}"
 
 # The exact answer, for any matrix A, from one matrix exponential (Van Loan's trick).
-from toolkit.ssm.lti import discretize_zoh_matrix  # noqa: E402
+from toolkit.ssm import discretize_zoh_matrix  # noqa: E402
 
 A_m, B_m = discretize_zoh_matrix(0.4, torch.diag(A), B[:, None])
 assert torch.allclose(A_bar, torch.diag(A_m)) and torch.allclose(B_bar, B_m[:, 0])
@@ -738,7 +740,7 @@ assert torch.allclose(y.flatten(), torch.tensor([h0, h1, h2], dtype=torch.float6
     f"expected {[h0, h1, h2]}, got {y.flatten().tolist()}. Check A = -exp(A_log) (negative), "
     "A_bar = exp(delta A) and B_bar = delta * B.")
 
-from toolkit.ssm.selective import selective_scan_parallel  # noqa: E402  the parallel form
+from toolkit.ssm import selective_scan_parallel  # noqa: E402  the parallel form
 
 batch, L, d_inner, N = 2, 7, 5, 3
 u, delta = torch.randn(batch, L, d_inner, dtype=torch.float64), torch.rand(batch, L, d_inner, dtype=torch.float64)
@@ -945,12 +947,10 @@ class GatedAttentionUnit(nn.Module):
         bias: bool = True,
     ):
         super().__init__()
+        check_int("d_model", d_model)
+        check_int("d_qk", d_qk)
         e = int(expansion_factor * d_model)
-        if d_model < 1 or e < 1 or d_qk < 1:
-            raise ValueError(
-                f"d_model, int(expansion_factor * d_model) and d_qk must be >= 1, got "
-                f"{d_model}, {e}, {d_qk}"
-            )
+        check_int("int(expansion_factor * d_model)", e)
         self.d_model, self.causal = d_model, causal
         self.u_proj = nn.Linear(d_model, e, bias=bias)  # gate branch U
         self.v_proj = nn.Linear(d_model, e, bias=bias)  # value branch V

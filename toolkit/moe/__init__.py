@@ -22,6 +22,7 @@ Shapes: a layer maps ``(batch, seq, d_model)`` to the same; routing works on the
 flattened tokens ``(n_tokens, d_model)`` with ``n_tokens = batch * seq``.
 """
 
+from toolkit.arguments import GATINGS  # the two gate conventions, by name
 from toolkit.moe.dispatch import (
     apply_capacity,
     expert_capacity,
@@ -34,8 +35,8 @@ from toolkit.moe.layer import (
     moe_parameter_counts,
 )
 from toolkit.moe.routing import (
-    GATINGS,
     expert_load,
+    flatten_router_logits,
     load_balancing_loss,
     router_z_loss,
     top_k_gating,
@@ -48,6 +49,7 @@ __all__ = [
     "apply_capacity",
     "expert_capacity",
     "expert_load",
+    "flatten_router_logits",
     "load_balancing_loss",
     "moe_parameter_counts",
     "naive_dispatch",

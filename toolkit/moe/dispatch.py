@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from toolkit.arguments import check_routing
+from toolkit.arguments import check_capacity_factor, check_dispatch_inputs, check_int, check_routing
 
 
 def expert_capacity(n_tokens: int, n_experts: int, k: int = 1, capacity_factor: float = 1.0) -> int:
@@ -49,14 +49,11 @@ def expert_capacity(n_tokens: int, n_experts: int, k: int = 1, capacity_factor: 
 
     ``capacity_factor = 1`` fits a perfectly even split; Switch trains with 1.0 to 1.25.
     """
-    for name, value in (("n_tokens", n_tokens), ("n_experts", n_experts), ("k", k)):
-        if not isinstance(value, int) or value < (0 if name == "n_tokens" else 1):
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if not capacity_factor > 0:
-        raise ValueError(f"capacity_factor must be > 0, got {capacity_factor!r}")
+    check_int("n_tokens", n_tokens, minimum=0)
+    check_int("n_experts", n_experts)
+    check_int("k", k)
+    check_capacity_factor(capacity_factor, optional=False)
     return math.ceil(capacity_factor * k * n_tokens / n_experts)
-
-
 
 
 def apply_capacity(indices: Tensor, n_experts: int, capacity: int) -> tuple[Tensor, int]:
@@ -74,8 +71,7 @@ def apply_capacity(indices: Tensor, n_experts: int, capacity: int) -> tuple[Tens
         choice, and so on.
     """
     check_routing(indices, n_experts)
-    if not isinstance(capacity, int) or capacity < 0:
-        raise ValueError(f"capacity must be an int >= 0, got {capacity!r}")
+    check_int("capacity", capacity, minimum=0)
     n_tokens, k = indices.shape
     queue = indices.t().reshape(-1)  # slot-major: all first choices, then all second choices
     one_hot = F.one_hot(queue, n_experts)  # (k * n_tokens, E)
@@ -103,7 +99,7 @@ def naive_dispatch(
     Returns:
         ``(n_tokens, d_model)``.
     """
-    check_routing(indices, len(experts), gates)
+    check_dispatch_inputs(x, gates, indices, len(experts))
     chosen = indices if kept is None else indices.masked_fill(~kept, -1)  # -1 = dropped
     out = torch.zeros_like(x)
     for e, expert in enumerate(experts):
@@ -124,11 +120,7 @@ def sorted_dispatch(
 
     Args and returns as in :func:`naive_dispatch`.
     """
-    check_routing(indices, len(experts), gates)
-    if x.dim() != 2 or x.size(0) != indices.size(0):
-        raise ValueError(
-            f"x must be (n_tokens={indices.size(0)}, d_model), got {tuple(x.shape)}"
-        )
+    check_dispatch_inputs(x, gates, indices, len(experts))
     n_tokens, k = indices.shape
     expert_of = indices.reshape(-1)  # (n_tokens * k,) the expert of each assignment
     token_of = torch.arange(n_tokens, device=x.device).repeat_interleave(k)  # ... its token

@@ -23,10 +23,16 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from toolkit.arguments import check_sequence
+from toolkit.arguments import (
+    check_capacity_factor,
+    check_gating,
+    check_int,
+    check_sequence,
+    check_top_k,
+)
 from toolkit.ffn import SwiGLU
 from toolkit.moe.dispatch import apply_capacity, expert_capacity, sorted_dispatch
-from toolkit.moe.routing import GATINGS, top_k_gating
+from toolkit.moe.routing import top_k_gating
 
 #: Mixtral 8x7B's shape (arXiv 2401.04088, Table 1), in :func:`moe_parameter_counts` terms.
 MIXTRAL_8X7B = dict(
@@ -66,12 +72,12 @@ class SparseMoE(nn.Module):
         n_shared_experts: int = 0,
     ):
         super().__init__()
-        if gating not in GATINGS:
-            raise ValueError(f"gating must be one of {GATINGS}, got {gating!r}")
-        if not 1 <= k <= n_experts:
-            raise ValueError(f"k must be in [1, n_experts={n_experts}], got {k}")
-        if capacity_factor is not None and not capacity_factor > 0:
-            raise ValueError(f"capacity_factor must be > 0 or None, got {capacity_factor!r}")
+        for name, size in (("d_model", d_model), ("d_ff", d_ff), ("n_experts", n_experts)):
+            check_int(name, size)
+        check_int("n_shared_experts", n_shared_experts, minimum=0)
+        check_top_k(k, n_experts)
+        check_gating(gating)
+        check_capacity_factor(capacity_factor)
         self.d_model, self.n_experts, self.k = d_model, n_experts, k
         self.gating, self.renormalize, self.capacity_factor = gating, renormalize, capacity_factor
         self.gate = nn.Linear(d_model, n_experts, bias=False)  # router: logits = x W_r^T

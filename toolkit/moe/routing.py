@@ -44,8 +44,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-#: The two gate conventions, by the order of softmax and top-k.
-GATINGS = ("softmax_then_topk", "topk_then_softmax")
+from toolkit.arguments import check_gating, check_top_k
 
 
 def top_k_gating(
@@ -69,10 +68,8 @@ def top_k_gating(
         ``(gates, indices)``, both ``(..., k)``, ordered from the largest logit down;
         ``indices`` is int64.
     """
-    if gating not in GATINGS:
-        raise ValueError(f"gating must be one of {GATINGS}, got {gating!r}")
-    if not isinstance(k, int) or not 1 <= k <= logits.size(-1):
-        raise ValueError(f"k must be an int in [1, n_experts={logits.size(-1)}], got {k!r}")
+    check_gating(gating)
+    check_top_k(k, logits.size(-1))
     top_logits, indices = logits.topk(k, dim=-1)  # the k largest logits of each token
     if gating == "topk_then_softmax":
         gates = torch.softmax(top_logits, dim=-1)  # g = softmax over the k selected logits

@@ -25,6 +25,7 @@ independent SSM per channel, as in S4D and Mamba) and state size ``N`` has a dia
 """
 
 from toolkit.ssm.lti import (
+    broadcast_delta,
     discretize_simplified,
     discretize_zoh,
     discretize_zoh_matrix,
@@ -44,6 +45,7 @@ __all__ = [
     "MambaCache",
     "MambaMixer",
     "associative_scan",
+    "broadcast_delta",
     "discretize_simplified",
     "discretize_zoh",
     "discretize_zoh_matrix",

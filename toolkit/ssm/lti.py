@@ -37,12 +37,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from toolkit.arguments import check_step_sizes, check_zoh_inputs
+
 
 def broadcast_delta(delta, like: Tensor) -> Tensor:
     """``delta`` (a float or a tensor ``(...)``, all ``> 0``) as a ``(..., 1)`` tensor."""
+    check_step_sizes(delta)
     delta = torch.as_tensor(delta, dtype=like.dtype, device=like.device)
-    if (delta <= 0).any():
-        raise ValueError("delta (the step size) must be > 0")
     return delta[..., None]  # broadcast over the state axis N
 
 
@@ -59,9 +60,8 @@ def discretize_zoh(delta, A: Tensor, B: Tensor) -> tuple[Tensor, Tensor]:
         ``(A_bar, B_bar)``: ``A_bar = exp(delta A)``,
         ``B_bar = (delta A)^{-1} (exp(delta A) - 1) delta B = (exp(delta A) - 1) / A * B``.
     """
+    check_zoh_inputs(delta, A)
     delta = broadcast_delta(delta, A)
-    if (A == 0).any():
-        raise ValueError("A has zero entries: ZOH divides by A (as A -> 0, B_bar -> delta B)")
     dA = delta * A  # delta A, elementwise for a diagonal A
     A_bar = torch.exp(dA)  # exp(delta A)
     B_bar = torch.expm1(dA) / A * B  # (delta A)^{-1} (exp(delta A) - 1) delta B
@@ -88,8 +88,7 @@ def discretize_zoh_matrix(delta: float, A: Tensor, B: Tensor) -> tuple[Tensor, T
         raise ValueError(
             f"A must be (N, N) and B (N, P), got {tuple(A.shape)} and {tuple(B.shape)}"
         )
-    if not delta > 0:
-        raise ValueError(f"delta must be > 0, got {delta}")
+    check_step_sizes(delta)
     N, P = B.shape
     M = torch.zeros(N + P, N + P, dtype=A.dtype, device=A.device)
     M[:N, :N], M[:N, N:] = A, B  # [[A, B], [0, 0]]

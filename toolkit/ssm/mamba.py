@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from toolkit.arguments import check_sequence
+from toolkit.arguments import check_int, check_sequence
 from toolkit.ssm.selective import selective_scan, selective_step
 
 
@@ -80,8 +80,7 @@ class MambaMixer(nn.Module):
         super().__init__()
         for name, value in (("d_model", d_model), ("d_state", d_state), ("d_conv", d_conv),
                             ("expand", expand)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_int(name, value)
         self.d_model, self.d_state, self.d_conv = d_model, d_state, d_conv
         self.d_inner = d_inner = expand * d_model
         self.dt_rank = math.ceil(d_model / 16) if dt_rank is None else dt_rank
