@@ -83,6 +83,23 @@ def test_scalar_step(submission):
     assert_close(B_bar, expected_B, **TOL, name="B_bar (delta = 0.8)")
 
 
+@pytest.mark.pitfall(EULER)
+@pytest.mark.property
+def test_two_half_steps_make_one_step(submission):
+    """Holding the input for two steps of delta / 2 is one step of delta: A_bar(delta) =
+    A_bar(delta/2)^2 and B_bar(delta) = A_bar(delta/2) B_bar(delta/2) + B_bar(delta/2)."""
+    A, B = _ssm(3, 4, seed=7)
+    delta = torch.tensor([0.4, 1.2, 3.0], dtype=torch.float64)
+    A_full, B_full = _pair(submission, delta, A, B, "discretize_zoh(delta, A, B)")
+    A_half, B_half = _pair(submission, delta / 2, A, B, "discretize_zoh(delta / 2, A, B)")
+    assert_close(A_full, A_half * A_half, **TOL, name="A_bar(delta) vs A_bar(delta/2)^2")
+    # h -> A_h (A_h h + B_h u) + B_h u: the second half-step decays what the first added.
+    assert_close(B_full, A_half * B_half + B_half, **TOL,
+                 name="B_bar(delta) vs the two half steps",
+                 hint="only the exact hold composes: (exp(delta A) - 1) / A * B. delta * B "
+                      "(Euler) forgets that the input added early in the step decays too")
+
+
 def test_per_token_steps_broadcast(submission):
     """delta (batch, L, H) against A (H, N) and B (batch, L, 1, N): Mamba's shapes."""
     A, _ = _ssm(3, 4, seed=4)

@@ -97,28 +97,51 @@ def test_bias_is_added_before_the_relu(submission):
                  hint="scores = Q K^T / T + attn_bias, then relu(.)^2")
 
 
+CAUSAL = {**INIT, "causal": True}
+
+
+def _causal(submission, ref, x):
+    return expect_tensor(submission.module("GatedAttentionUnit", x, init=CAUSAL, state=_state(ref)),
+                         shape=x.shape, name="causal GatedAttentionUnit(x)")
+
+
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(LENGTH)
-def test_causal(submission):
-    """causal=True: the future gets weight 0 and a prefix's outputs ignore what follows."""
-    init = {**INIT, "causal": True}
+def test_causal_matches_reference(submission):
+    """causal=True: row i averages keys 0..i, divided by i + 1, with the reference's weights."""
     ref = _reference(seed=8, causal=True)
     x = _randn(1, 9, 8, seed=9)
-    full = expect_tensor(submission.module("GatedAttentionUnit", x, init=init, state=_state(ref)),
-                         shape=(1, 9, 8), name="causal GatedAttentionUnit(x)")
+    with torch.no_grad():
+        expected = ref(x)
+    assert_close(_causal(submission, ref, x), expected, **TOL, name="causal GatedAttentionUnit(x)",
+                 hint="scores = Q K^T / (i + 1) for query i; relu(.)^2; weight 0 for keys j > i")
+
+
+@pytest.mark.weight(2)
+@pytest.mark.property
+def test_causal_future_does_not_leak(submission):
+    """causal=True: changing tokens after position t never changes the outputs up to t."""
+    ref = _reference(seed=10, causal=True)
+    x = _randn(1, 9, 8, seed=11)
+    full = _causal(submission, ref, x)
     x2 = x.clone()
     x2[:, 6:] += 1.0
-    moved = submission.module("GatedAttentionUnit", x2, init=init, state=_state(ref))
+    moved = _causal(submission, ref, x2)
     if not torch.allclose(moved[:, :6], full[:, :6], atol=1e-6):
         raise CheckFailure("with causal=True, changing tokens 6.. changed the outputs 0..5: set "
                            "the weights of future keys (j > i) to zero")
-    prefix = submission.module("GatedAttentionUnit", x[:, :4], init=init, state=_state(ref))
+
+
+@pytest.mark.pitfall(LENGTH)
+@pytest.mark.property
+def test_causal_prefix_ignores_what_follows(submission):
+    """causal=True: the first 4 outputs are the same for a 4-token and a 9-token input."""
+    ref = _reference(seed=12, causal=True)
+    x = _randn(1, 9, 8, seed=13)
+    full, prefix = _causal(submission, ref, x), _causal(submission, ref, x[:, :4])
     if not torch.allclose(prefix, full[:, :4], **TOL):
         raise CheckFailure("with causal=True the first 4 outputs differ between a 4-token and a "
                            "9-token input: divide row i by its number of keys, i + 1, not by T")
-    with torch.no_grad():
-        expected = ref(x)
-    assert_close(full, expected, **TOL, name="causal GatedAttentionUnit(x)")
 
 
 @pytest.mark.structural

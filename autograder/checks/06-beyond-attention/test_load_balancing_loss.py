@@ -86,6 +86,19 @@ def test_layers_and_padding(submission):
                  hint="f = (routed * weight[:, None]).sum(0) / weight.sum(), the same for P")
 
 
+@pytest.mark.property
+def test_padding_logits_change_nothing(submission):
+    """Whatever the router says at padded positions, the loss stays the same."""
+    logits = _randn(2 * 5, 6, seed=7)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    moved = logits.clone()
+    moved[3:5] = 10.0 * _randn(2, 6, seed=8)  # the padded tokens of sequence 0
+    got = [_scalar(submission.call("load_balancing_loss", x, 2, mask),
+                   "load_balancing_loss(logits, 2, attention_mask)") for x in (logits, moved)]
+    assert_close(got[1], got[0], **TOL, name="the loss after changing padded tokens' logits",
+                 hint="padding (attention_mask 0) counts in neither f nor P: weight each token")
+
+
 @pytest.mark.pitfall(SAME)
 def test_gradient_flows_through_p_only(submission):
     """The gradient with respect to the logits is that of alpha * N * sum_i f_i P_i, f fixed."""

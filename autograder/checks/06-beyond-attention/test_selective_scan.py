@@ -132,6 +132,7 @@ def test_equals_the_parallel_scan(submission):
 
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(LEAK)
+@pytest.mark.property
 def test_causal(submission):
     """Changing u, delta, B, C after position t never changes outputs up to t (L = d_inner = 6)."""
     # Square shapes on purpose: a scan over the channel axis then still runs, and leaks.
@@ -148,8 +149,9 @@ def test_causal(submission):
         raise CheckFailure("changing the inputs at positions 4 and 5 changed the outputs at "
                            "positions 0..3: the future leaks. Loop over the time axis (dim 1 of "
                            "u), in increasing order, and read C_t h_t right after step t")
-    assert_close(base, selective_scan(u, delta, A_log, B, C, D), **TOL,
-                 name="selective_scan (L = d_inner = 6)")
+    if torch.allclose(moved[:, 4:], base[:, 4:], atol=1e-12):
+        raise CheckFailure("changing the inputs at positions 4 and 5 did not change their own "
+                           "outputs: y_t must read u_t, delta_t, B_t and C_t")
 
 
 def test_state_in_and_out(submission):
@@ -171,6 +173,31 @@ def test_state_in_and_out(submission):
     assert_close(got[1], h6, **TOL, name="the state after 6 steps (batch, d_inner, N)")
     assert_close(torch.cat([got[0], got[2]], 1), y, **TOL, name="y from two calls with state",
                  hint="start the loop from `state` when it is given")
+
+
+@pytest.mark.property
+def test_token_by_token_equals_the_whole_sequence(submission):
+    """Generation form = training form: L calls of one token each, passing the state on,
+    give the outputs of one call on the whole sequence."""
+    u, delta, A_log, B, C, D = _inputs(batch=1, L=7, d_inner=3, N=2, seed=8)
+    code = (
+        "u, delta, A_log, B, C, D = (inputs[n] for n in ('u', 'delta', 'A_log', 'B', 'C', 'D'))\n"
+        "whole = selective_scan(u, delta, A_log, B, C, D)\n"
+        "steps, state = [], None\n"
+        "for t in range(u.shape[1]):\n"
+        "    s = slice(t, t + 1)\n"
+        "    y, state = selective_scan(u[:, s], delta[:, s], A_log, B[:, s], C[:, s], D,\n"
+        "                              state=state, return_state=True)\n"
+        "    steps.append(y)\n"
+        "result = (whole, torch.cat(steps, 1))\n"
+    )
+    got = submission.run(code, u=u, delta=delta, A_log=A_log, B=B, C=C, D=D)
+    if not isinstance(got, tuple) or len(got) != 2:
+        raise CheckFailure("selective_scan(..., return_state=True) should return (y, state)")
+    whole = expect_tensor(got[0], shape=(1, 7, 3), name="selective_scan on 7 tokens")
+    assert_close(got[1], whole, **TOL, name="7 one-token calls that pass the state on",
+                 hint="everything the past contributes must live in the returned state h: "
+                      "start from `state` when it is given and return the last h")
 
 
 @pytest.mark.structural

@@ -226,6 +226,20 @@ def test_layer_switch_gates_and_shared_expert(submission):
                       "shared expert's output for every token, without a gate")
 
 
+@pytest.mark.property
+def test_layer_without_capacity_ignores_token_order(submission):
+    """Without a capacity limit, shuffling the tokens shuffles the output the same way
+    (each token's route depends on that token only)."""
+    ref = _reference(seed=4)
+    x = _randn(1, 9, 8, seed=19, dtype=torch.float32)
+    perm = torch.tensor([4, 8, 0, 2, 7, 1, 6, 3, 5])
+    y, _ = _layer(submission, ref, x, {})
+    y_p, _ = _layer(submission, ref, x[:, perm].contiguous(), {})
+    expect_tensor(y, shape=(1, 9, 8), name="SparseMoE(x)[0]")
+    assert_close(y_p, y[:, perm], atol=1e-5, rtol=1e-4, name="SparseMoE on shuffled tokens",
+                 hint="route, dispatch and combine each token on its own row")
+
+
 @pytest.mark.structural
 @pytest.mark.pitfall(NAMES)
 def test_parameter_names(submission):

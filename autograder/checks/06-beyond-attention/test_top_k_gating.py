@@ -102,6 +102,23 @@ def test_renormalised_switch_equals_mixtral(submission):
                  hint="divide the k probabilities by their sum")
 
 
+@pytest.mark.pitfall(GATHER)
+@pytest.mark.property
+@pytest.mark.parametrize("gating", ["topk_then_softmax", "softmax_then_topk"])
+def test_renaming_the_experts_renames_the_choice(submission, gating):
+    """Permuting the experts (the columns of the logits) permutes the chosen indices the same
+    way and leaves the gates unchanged."""
+    logits = _logits(12, 6, seed=8)
+    perm = torch.tensor([3, 0, 5, 1, 4, 2])  # new column c holds old expert perm[c]
+    gates, indices = _gates(submission, logits, 2, gating)
+    gates_p, indices_p = _gates(submission, logits[:, perm], 2, gating)
+    expect_tensor(indices_p, shape=(12, 2), name="indices")
+    assert_equal(perm[indices_p], indices, name="the experts chosen after renaming them",
+                 hint="indices come from logits.topk(k, dim=-1), per token")
+    assert_close(gates_p, gates, **TOL, name="the gates after renaming the experts",
+                 hint="each token's gates depend only on its own logits, gathered along dim=-1")
+
+
 def test_float32_and_leading_axes(submission):
     """float32 logits of shape (2, 3, 5, E) give float32 gates (2, 3, 5, k)."""
     logits = _logits(2, 3, 5, 8, seed=7).float()

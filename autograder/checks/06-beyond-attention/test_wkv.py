@@ -17,6 +17,7 @@ pytestmark = pytest.mark.grade_cell("test_wkv")
 
 OVERFLOW = "WKV without the max-subtraction stabiliser (overflows on long inputs)"
 BONUS = "Bonus u applied to the past tokens instead of the current one"
+LEAK = "The future leaks into earlier outputs"
 
 TOL = dict(atol=1e-10, rtol=1e-8)
 
@@ -117,7 +118,8 @@ def test_state_continues(submission):
     assert_close(got[2][1].double() * scale, b, **TOL, name="the state b (times e^p)")
 
 
-@pytest.mark.pitfall(BONUS)
+@pytest.mark.pitfall(LEAK)
+@pytest.mark.property
 def test_causal(submission):
     """Changing keys and values after t never changes outputs up to t."""
     k, v, w, u = _inputs(T=10, seed=5)
@@ -130,4 +132,37 @@ def test_causal(submission):
                           name="wkv_recurrent")
     if not torch.allclose(moved[:, :6], base[:, :6], atol=1e-12):
         raise CheckFailure("changing keys/values 6.. changed the outputs 0..5: the future leaks")
-    assert_close(base, wkv_parallel(k, v, w, u), **TOL, name="wkv_recurrent")
+    if torch.allclose(moved[:, 6:], base[:, 6:], atol=1e-12):
+        raise CheckFailure("changing keys/values 6.. did not change their own outputs: wkv_t "
+                           "must include the current token, weighted e^{u + k_t}")
+
+
+@pytest.mark.property
+def test_token_by_token_equals_the_whole_sequence(submission):
+    """Generation form = training form: one call per token, passing the state (a, b, p)
+    on, gives the outputs of one call on the whole sequence (float32, large keys)."""
+    g = torch.Generator().manual_seed(6)
+    k = 60.0 + 20.0 * torch.rand(1, 9, 3, generator=g)
+    v = torch.randn(1, 9, 3, generator=g)
+    w, u = torch.tensor([0.01, 0.5, 2.0]), torch.tensor([1.0, 0.0, -1.0])
+    code = (
+        "k, v, w, u = inputs['k'], inputs['v'], inputs['w'], inputs['u']\n"
+        "whole = wkv_recurrent(k, v, w, u)\n"
+        "steps, state = [], None\n"
+        "for t in range(k.shape[1]):\n"
+        "    out, state = wkv_recurrent(k[:, t:t + 1], v[:, t:t + 1], w, u, state=state,\n"
+        "                               return_state=True)\n"
+        "    steps.append(out)\n"
+        "result = (whole, torch.cat(steps, 1))\n"
+    )
+    got = submission.run(code, k=k, v=v, w=w, u=u)
+    if not isinstance(got, tuple) or len(got) != 2:
+        raise CheckFailure("wkv_recurrent(..., return_state=True) should return (wkv, (a, b, p))")
+    whole = expect_tensor(got[0], shape=(1, 9, 3), name="wkv_recurrent on 9 tokens")
+    if not torch.isfinite(whole).all():
+        raise CheckFailure("wkv_recurrent returned inf/NaN for keys around 70: subtract the "
+                           "running maximum exponent before every exp")
+    assert_close(got[1], whole, atol=1e-5, rtol=1e-5,
+                 name="9 one-token calls that pass the state on",
+                 hint="the state (a, b, p) must carry the whole past: start from it when given "
+                      "and return it after the last token")
