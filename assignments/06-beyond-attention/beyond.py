@@ -126,7 +126,7 @@ _ = torch.manual_seed(0)  # reproducible examples
 # own** expert indices, $g_{tj} = p_{t, i_{tj}}$. `torch.gather` along the expert axis
 # (`dim=-1`) does exactly that; gathering along another axis mixes tokens.
 #
-# ### Exercise 1a: `top_k_gating`
+# ### Exercise 1a: top-k gating, both conventions
 
 # %% nbgrader={"grade": false, "grade_id": "top_k_gating", "locked": false, "schema_version": 3, "solution": true}
 def top_k_gating(
@@ -216,7 +216,7 @@ print("✓ top_k_gating passes the visible checks")
 # 0) count in neither $f$ nor $P$. The given code turns both into one logits tensor and a
 # per-token weight `weight` (1 = real token, 0 = padding): average with it.
 #
-# ### Exercise 1b: `load_balancing_loss`
+# ### Exercise 1b: the load-balancing loss
 
 # %% nbgrader={"grade": false, "grade_id": "load_balancing_loss", "locked": false, "schema_version": 3, "solution": true}
 def load_balancing_loss(
@@ -321,7 +321,7 @@ router_load_explorer(gating_fn=top_k_gating, balance_loss_fn=load_balancing_loss
 # `(k * T, E)`, and a cumulative sum down the list tells each assignment its place in its
 # expert's queue.
 #
-# ### Exercise 2a: `apply_capacity`
+# ### Exercise 2a: capacity and dropped tokens
 
 # %% nbgrader={"grade": false, "grade_id": "apply_capacity", "locked": false, "schema_version": 3, "solution": true}
 def apply_capacity(indices: Tensor, n_experts: int, capacity: int) -> tuple[Tensor, int]:
@@ -373,7 +373,7 @@ def apply_capacity(indices: Tensor, n_experts: int, capacity: int) -> tuple[Tens
 # Grouped matrix-multiply kernels (MegaBlocks, arXiv 2211.15841) start from exactly this
 # layout; `benchmarks/moe.py` measures the difference with the loop.
 #
-# ### Exercise 2b: `sorted_dispatch`
+# ### Exercise 2b: sort-based dispatch
 
 # %% nbgrader={"grade": false, "grade_id": "sorted_dispatch", "locked": false, "schema_version": 3, "solution": true}
 def sorted_dispatch(
@@ -419,7 +419,7 @@ def sorted_dispatch(
 
 
 # %% [markdown]
-# ### Exercise 2c: `SparseMoE.forward`
+# ### Exercise 2c: the mixture-of-experts layer
 #
 # Put it together: router logits, your gating, the capacity (only when
 # `capacity_factor` is set), your dispatch, and the **shared experts** of DeepSeekMoE
@@ -579,7 +579,7 @@ print(f"Mixtral 8x7B: {counts['total'] / 1e9:.1f}B parameters, {counts['active']
 # (arXiv 2111.00396) trains a recurrent model in parallel, and $K$'s length says how far
 # back the model remembers.
 #
-# ### Exercise 3a: `discretize_zoh`
+# ### Exercise 3a: the zero-order hold
 
 # %% nbgrader={"grade": false, "grade_id": "discretize_zoh", "locked": false, "schema_version": 3, "solution": true}
 def discretize_zoh(delta, A: Tensor, B: Tensor) -> tuple[Tensor, Tensor]:
@@ -676,7 +676,7 @@ ssm_kernel_explorer(discretize_fn=discretize_zoh)
 # Shapes: `u, delta: (batch, L, d_inner)`, `A_log: (d_inner, N)`, `B, C: (batch, L, N)`,
 # `D: (d_inner,)`, the state `h: (batch, d_inner, N)`.
 #
-# ### Exercise 3b: `selective_scan`
+# ### Exercise 3b: Mamba's selective scan
 
 # %% nbgrader={"grade": false, "grade_id": "selective_scan", "locked": false, "schema_version": 3, "solution": true}
 def selective_scan(
@@ -809,7 +809,7 @@ print("✓ selective_scan passes the visible checks")
 # function must equal (`time_decay` there is $\log w$). The hidden checks feed it a long
 # sequence of large keys.
 #
-# ### Exercise 4: `wkv_recurrent`
+# ### Exercise 4: the stable WKV recurrence
 
 # %% nbgrader={"grade": false, "grade_id": "wkv_recurrent", "locked": false, "schema_version": 3, "solution": true}
 def wkv_recurrent(
@@ -923,7 +923,7 @@ rwkv_decay_explorer(wkv_fn=wkv_recurrent)
 #   keys get weight exactly 0), so a prefix's outputs never depend on what follows.
 # * $b$ is an optional position bias (`attn_bias`), added after the division.
 #
-# ### Exercise 5: `GatedAttentionUnit.forward`
+# ### Exercise 5: the gated attention unit
 
 # %% nbgrader={"grade": false, "grade_id": "gated_attention_unit", "locked": false, "schema_version": 3, "solution": true}
 class GatedAttentionUnit(nn.Module):
