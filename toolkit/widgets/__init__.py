@@ -6,6 +6,8 @@
   distance, ALiBi heads, train short / test long;
 * :mod:`toolkit.widgets.efficient` (03, 04): sparse-mask gallery, KV-cache calculator,
   online-softmax stepper, attention memory;
+* :mod:`toolkit.widgets.beyond` (06): expert load and collapse, SSM kernel and memory,
+  RWKV decay per channel, decoding cost per token;
 * :mod:`toolkit.widgets.generation` (07): loss curves, sampling playground, two models
   side by side;
 * :mod:`toolkit.widgets.display`: how they all draw (PNG via Agg) and redraw
