@@ -3,6 +3,8 @@ an exercise that is not written yet: it says which function it needs instead."""
 
 from __future__ import annotations
 
+import inspect
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -34,7 +36,7 @@ def _tiny_models():
 
 
 # (builder, its other arguments, a function it calls, where the toolkit defines it)
-BUILDERS = [
+CASES = [
     (A.attention_explorer, {}, "attention_weights", toolkit.attention),
     (A.families_explorer, {}, "causal_mask", toolkit.masks),
     (A.permutation_demo, {}, "scaled_dot_product_attention", toolkit.attention),
@@ -52,7 +54,7 @@ BUILDERS = [
     (G.side_by_side_generation, {"models": None, "tokenizer": ByteTokenizer(),
                                  "max_new_tokens": 4}, "generate", toolkit.generate),
 ]
-IDS = [builder.__name__ for builder, *_ in BUILDERS]
+IDS = [builder.__name__ for builder, *_ in CASES]
 
 
 @pytest.fixture
@@ -88,7 +90,7 @@ def _shown(widget) -> tuple[bytes | None, str]:
     return png, " ".join(c.value for c in _walk(widget) if isinstance(c, w.HTML))
 
 
-@pytest.mark.parametrize(("builder", "kwargs", "name", "module"), BUILDERS, ids=IDS)
+@pytest.mark.parametrize(("builder", "kwargs", "name", "module"), CASES, ids=IDS)
 def test_a_stub_shows_which_function_is_missing(interactive, builder, kwargs, name, module):
     widget = _build(builder, kwargs, **{name: _stub(name)})
     png, text = _shown(widget)
@@ -97,7 +99,7 @@ def test_a_stub_shows_which_function_is_missing(interactive, builder, kwargs, na
            "masks)" in text
 
 
-@pytest.mark.parametrize(("builder", "kwargs", "name", "module"), BUILDERS, ids=IDS)
+@pytest.mark.parametrize(("builder", "kwargs", "name", "module"), CASES, ids=IDS)
 def test_the_reference_function_draws_what_the_default_draws(
     interactive, builder, kwargs, name, module
 ):
@@ -107,7 +109,7 @@ def test_the_reference_function_draws_what_the_default_draws(
     assert default[0] is not None or builder is G.side_by_side_generation  # text, no image
 
 
-@pytest.mark.parametrize(("builder", "kwargs", "name", "module"), BUILDERS, ids=IDS)
+@pytest.mark.parametrize(("builder", "kwargs", "name", "module"), CASES, ids=IDS)
 def test_an_unknown_name_is_refused(interactive, builder, kwargs, name, module):
     with pytest.raises(ValueError, match=rf"{builder.__name__}: fns names 'atention_weights'"
                                          rf".*it takes .*{name}"):
@@ -164,3 +166,11 @@ def test_a_bare_not_implemented_error_is_not_hidden(interactive):
 
     with pytest.raises(NotImplementedError):
         E.mask_gallery(fns={"band_mask": unfinished})
+
+
+def test_every_builder_is_tested_here_and_takes_fns():
+    from toolkit.widgets import BUILDERS
+
+    assert sorted(n for names in BUILDERS.values() for n in names) == sorted(IDS)
+    for builder, *_ in CASES:
+        assert inspect.signature(builder).parameters["fns"].kind == inspect.Parameter.KEYWORD_ONLY
