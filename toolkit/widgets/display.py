@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import html
+import inspect
 import io
 import os
 import re
@@ -128,7 +129,9 @@ def _latest(fn: Callable) -> Callable:
     name = getattr(fn, "__name__", "")
     if not name.isidentifier() or getattr(fn, "__qualname__", None) != name:
         return fn  # a lambda, a nested function, a method, a partial: call it as it is
-    home = getattr(fn, "__globals__", None)  # a function's module (a notebook's namespace)
+    # A function's module (a notebook's namespace); a decorated one's (@torch.no_grad())
+    # is that of the function it wraps.
+    home = getattr(inspect.unwrap(fn), "__globals__", None)
     if home is None and isinstance(fn, type):
         home = getattr(sys.modules.get(fn.__module__), "__dict__", None)
     if home is None:

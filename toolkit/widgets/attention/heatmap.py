@@ -183,11 +183,14 @@ def example_attention(
     f = widget_functions("example_attention", fns, TOOLKIT_FUNCTIONS)
     tokens, n_real, q, k = _example_inputs(tokens, mask_kind, temperature, n_real, q, k, d_k, seed)
     T = len(tokens)
-    causal = f.causal_mask(T) if mask_kind in ("causal", "combined") else None
-    pad = None
+    # Only the functions the chosen mask needs are called: a student who has written
+    # attention but no masks yet still sees mask = "none".
+    mask = None
+    if mask_kind in ("causal", "combined"):
+        mask = f.causal_mask(T)  # (T, T)
     if mask_kind in ("padding", "combined"):
         pad = f.padding_mask(torch.tensor([n_real]), T)[0, 0]  # (1, T): keys >= n_real hidden
-    mask = f.combine_masks(causal, pad)  # (T, T) or (1, T) -> broadcast
+        mask = pad if mask is None else f.combine_masks(mask, pad)  # broadcast to (T, T)
     if mask is not None:
         mask = mask.expand(T, T)
     scale = 1.0 / (temperature * math.sqrt(q.size(-1)))  # 1 / (tau sqrt(d_k))
