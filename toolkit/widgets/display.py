@@ -189,7 +189,7 @@ def unwritten_message(
 def unwritten_html(message: str) -> str:
     """:func:`unwritten_message` as one line of HTML, `names` in code font."""
     text = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(message, quote=False))
-    return (f'<div style="padding:4px 10px;border-left:3px solid #d9a400">&#9208; {text}</div>')
+    return f'<div style="padding:4px 10px;border-left:3px solid #d9a400">&#9208; {text}</div>'
 
 
 def reports_unwritten(toolkit: Mapping[str, Callable]):
