@@ -18,11 +18,15 @@ import toolkit.flash  # noqa: E402
 import toolkit.generate  # noqa: E402
 import toolkit.gqa  # noqa: E402
 import toolkit.masks  # noqa: E402
+import toolkit.moe  # noqa: E402
 import toolkit.position  # noqa: E402
+import toolkit.rwkv  # noqa: E402
+import toolkit.ssm  # noqa: E402
 from autograder.release_steps import stub_message  # noqa: E402
 from toolkit.data import ByteTokenizer  # noqa: E402
 from toolkit.models import GPT, GPTConfig  # noqa: E402
 from toolkit.widgets import attention as A  # noqa: E402
+from toolkit.widgets import beyond as B  # noqa: E402
 from toolkit.widgets import display as D  # noqa: E402
 from toolkit.widgets import efficient as E  # noqa: E402
 from toolkit.widgets import generation as G  # noqa: E402
@@ -49,6 +53,10 @@ CASES = [
     (E.kv_cache_calculator, {}, "kv_cache_bytes", toolkit.gqa),
     (E.online_softmax_stepper, {"n": 8}, "online_softmax_trace", toolkit.flash),
     (E.attention_memory_explorer, {}, "attention_memory_bytes", toolkit.flash),
+    (B.router_load_explorer, {}, "load_balancing_loss", toolkit.moe),
+    (B.ssm_kernel_explorer, {}, "discretize_zoh", toolkit.ssm),
+    (B.rwkv_decay_explorer, {}, "wkv_recurrent", toolkit.rwkv),
+    (B.decoding_cost_explorer, {}, "kv_cache_bytes", toolkit.gqa),
     (G.sampling_playground, {"logits": torch.linspace(2, -2, 12)}, "apply_temperature",
      toolkit.generate),
     (G.side_by_side_generation, {"models": None, "tokenizer": ByteTokenizer(),

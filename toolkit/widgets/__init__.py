@@ -44,5 +44,11 @@ BUILDERS = {
         "online_softmax_stepper",
         "attention_memory_explorer",
     ),
+    "beyond": (
+        "router_load_explorer",
+        "ssm_kernel_explorer",
+        "rwkv_decay_explorer",
+        "decoding_cost_explorer",
+    ),
     "generation": ("sampling_playground", "side_by_side_generation"),
 }
