@@ -1,0 +1,89 @@
+"""The lectures of ``course/course.toml`` run, top to bottom, as a student runs them.
+
+Each lecture listed in the outline (whatever its number: lectures added later are picked
+up from the file) is built the way ``autograder init`` builds it and executed in a real
+Jupyter kernel with nbclient: widgets built (``TOOLKIT_HEADLESS`` unset), figures drawn
+to PNG by matplotlib's inline backend (Agg), from a scratch working directory. A lecture
+that raises anywhere fails with the cell and the error; so does one that shows no figure
+or no widget, since the lectures are built around them. The cheaper checks (the house
+rules of every notebook) run without a kernel.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import nbformat
+import pytest
+from IPython.core.inputtransformer2 import TransformerManager
+from nbclient import NotebookClient
+
+from autograder.course import Course, notebook_from_text
+from autograder.outline import COURSE_FILE, load_outline
+
+OUTLINE = load_outline(COURSE_FILE)
+LECTURES = list(OUTLINE.lectures)
+IDS = [lecture.stem for lecture in LECTURES]
+WIDGET = "application/vnd.jupyter.widget-view+json"
+#: Seconds one cell may take; the lectures keep their compute to a few seconds on a CPU.
+CELL_TIMEOUT = 180
+
+
+def lecture_notebook(lecture) -> nbformat.NotebookNode:
+    source = OUTLINE.lecture_source(lecture)
+    if source.suffix == ".py":
+        return notebook_from_text(source.read_text())
+    return nbformat.read(source, as_version=4)
+
+
+def code_cells(nb) -> list:
+    return [cell for cell in nb.cells if cell.cell_type == "code"]
+
+
+def test_the_outline_lists_lectures():
+    assert LECTURES, f"{COURSE_FILE} lists no lectures"
+
+
+@pytest.mark.parametrize("lecture", LECTURES, ids=IDS)
+def test_lecture_follows_the_notebook_rules(lecture):
+    """First code cell calls friendly_errors(); cells parse; a title names the lecture."""
+    nb = lecture_notebook(lecture)
+    cells = code_cells(nb)
+    assert cells, f"{lecture.notebook} has no code cell"
+    assert "friendly_errors()" in cells[0].source, (
+        f"{lecture.notebook}: the first code cell must call toolkit.notebook.friendly_errors()")
+    for i, cell in enumerate(cells):
+        try:
+            ast.parse(TransformerManager().transform_cell(cell.source))  # magics too
+        except SyntaxError as exc:
+            pytest.fail(f"{lecture.notebook}, code cell {i}: {exc}")
+    first_markdown = next(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert first_markdown.startswith("# "), f"{lecture.notebook} should open with a # title"
+
+
+def test_init_builds_every_lecture_into_the_workspace(tmp_path):
+    built = Course(tmp_path / "workspace").build_lectures()
+    assert [p.name for p in built] == [f"{lecture.stem}.ipynb" for lecture in LECTURES]
+    for path, lecture in zip(built, LECTURES):
+        cells = nbformat.read(path, as_version=4).cells
+        assert len(cells) == len(lecture_notebook(lecture).cells)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lecture", LECTURES, ids=IDS)
+def test_lecture_runs_top_to_bottom(lecture, tmp_path, monkeypatch):
+    monkeypatch.delenv("TOOLKIT_HEADLESS", raising=False)  # build the widgets for real
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    # OpenMP threads that spin while waiting make small CPU training steps several times
+    # slower on a busy machine; waiting passively costs nothing on an idle one.
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    nb = lecture_notebook(lecture)
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()  # CellExecutionError names the cell and the error
+    outputs = [out for cell in code_cells(nb) for out in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert any(WIDGET in o.get("data", {}) for o in outputs), (
+        f"{lecture.notebook} showed no widget")
+    assert any("image/png" in o.get("data", {}) for o in outputs), (
+        f"{lecture.notebook} drew no figure")
