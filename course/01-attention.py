@@ -349,8 +349,9 @@ print(attention_mask_to_bool(hf_attention_mask, hf_attention_mask, "attention_ma
 # and trained it on nothing but next-token prediction; GPT-2 (2019) showed that a large
 # enough decoder performs tasks it was never fine-tuned for when they are phrased as text
 # to continue. **T5** (arXiv 1910.10683) went the other way round and cast every task,
-# classification included, as text in and text out of one encoder-decoder, and compared
-# the three families carefully under the same budget.
+# classification included, as text in and text out of one encoder-decoder, after
+# comparing it with decoder-only models (with and without a bidirectional prefix) under
+# the same budget.
 #
 # **GPT-3** (arXiv 2005.14165) made the decoder-only case: at 175B parameters a model
 # given a few solved examples in its prompt solves the next one, with no gradient step.

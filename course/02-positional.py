@@ -139,7 +139,8 @@ rope_rotation_explorer()
 # positions further. Does the score change? Predict, then run.
 
 # %%
-q, k = torch.randn(1, 1, 1, 64), torch.randn(1, 1, 1, 64)  # (batch, heads, seq, d_head)
+q = torch.randn(1, 1, 1, 64, dtype=torch.float64)  # (batch, heads, seq, d_head)
+k = torch.randn(1, 1, 1, 64, dtype=torch.float64)
 for shift in (0, 1000):
     q_rot = apply_rope(q, torch.tensor([3 + shift]))
     k_rot = apply_rope(k, torch.tensor([10 + shift]))
@@ -214,7 +215,7 @@ print("bias added to the scores:", tuple(t5_bias(6).shape), "(1, heads, queries,
 # %% [markdown]
 # **Try it.** Which distances share a bucket with distance 100 in a causal model? Guess a
 # range, then run. (T5 computes the bias once, in the first layer, and shares it with all
-# the others: 32 numbers per head for the whole model.)
+# the others: 32 numbers per head for the whole encoder, and as many for the decoder.)
 
 # %%
 distances = torch.arange(0, 300)
@@ -225,7 +226,7 @@ print(f"distance 100 is in bucket {int(buckets[100])}, with distances "
 
 # %% [markdown]
 # What each scheme contributes to the score as the distance grows, side by side
-# (sinusoidal and RoPE for a query equal to its key, ALiBi's lines, T5's steps):
+# (sinusoidal and RoPE for fixed vectors, ALiBi's lines, T5's buckets):
 
 # %%
 score_vs_distance_explorer()

@@ -99,7 +99,7 @@ print(with_global.int())
 
 # %% [markdown]
 # The first and last rows lose a neighbour (22, not 24). A global token fills its row and
-# its column: $2n - 1 = 15$ cells, minus the 2 + 1 it already had in the band, adds 12.
+# its column, $2n - 1 = 15$ cells; the band already had 3 of them, so it adds 12.
 #
 # BigBird combines all three at block granularity; each ingredient on its own:
 
@@ -240,7 +240,8 @@ print("grouped without copying == copied KV:",
 # $d_c = 512$ numbers plus a small RoPE key of $d_R = 64$, and rebuilds all heads' keys and
 # values from $c$ with up-projections. At inference the key up-projection can even be
 # absorbed into the query projection, so attention runs on the latents directly. The paper
-# reports a cache "reduced by 93.3%"; the toolkit reconstructs where that number comes from.
+# reports a cache "reduced by 93.3%" without the arithmetic; the toolkit reconstructs it
+# from the published configurations.
 
 # %%
 reduction = deepseek_v2_cache_reduction()
