@@ -56,6 +56,21 @@ def test_longrope_example_factors_rise_from_one_to_the_scale():
                           / factors, rtol=1e-6)
 
 
+def test_a_students_function_replaces_the_toolkits():
+    calls = []
+
+    def my_dynamic_ntk(d_head, base, seq_len, max_position_embeddings, scale, *, dtype):
+        calls.append(seq_len)
+        return torch.full((d_head // 2,), 0.5, dtype=dtype)
+
+    got = W.extension_inv_freq("dynamic NTK", D_HEAD, BASE, SCALE, L, 3 * L,
+                               fns={"rope_inv_freq_dynamic_ntk": my_dynamic_ntk})
+    assert calls == [3 * L] and bool((got == 0.5).all())
+    W.plot_long_context(train_len=64, scale=2.0, d_head=16,
+                        fns={"rope_inv_freq_dynamic_ntk": my_dynamic_ntk})
+    assert len(calls) > 10  # once per input length drawn
+
+
 def test_unknown_method_names_the_choices():
     with pytest.raises(ValueError, match="method must be one of"):
         speeds("linear", 10)

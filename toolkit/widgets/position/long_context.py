@@ -24,18 +24,32 @@ import torch
 from matplotlib.figure import Figure
 
 from toolkit import position as P
-from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
+from toolkit.widgets.display import (
+    LABEL_STYLE,
+    headless_placeholder,
+    is_headless,
+    live_figure,
+    widget_functions,
+)
 from toolkit.widgets.position.extrapolation import _unseen_angle_fraction
-from toolkit.widgets.position.rope import METHOD_COLORS
+from toolkit.widgets.position.rope import METHOD_COLORS, SPECTRUM_FUNCTIONS
 
 #: Methods in the order they are drawn; the first five are named as in ``METHOD_COLORS``.
 METHODS = ("RoPE", "PI", "NTK", "YaRN", "dynamic NTK", "LongRoPE")
 _COLORS = {**METHOD_COLORS, "LongRoPE": "tab:red"}
+
+#: What the widget computes with; a student's own replace them through ``fns``.
+TOOLKIT_FUNCTIONS = {
+    **SPECTRUM_FUNCTIONS,
+    "yarn_band_ratios": P.yarn_band_ratios,
+    "rope_inv_freq_dynamic_ntk": P.rope_inv_freq_dynamic_ntk,
+    "longrope_inv_freq": P.longrope_inv_freq,
+}
 _STYLES = {"RoPE": "--", "LongRoPE": "-."}  # LongRoPE runs on top of PI and YaRN on the left
 
 
 def longrope_example_factors(
-    d_head: int, base: float, scale: float, original_max_position_embeddings: int
+    d_head: int, base: float, scale: float, original_max_position_embeddings: int, *, fns=None
 ) -> torch.Tensor:
     """Illustrative LongRoPE ``long`` factors ``lambda_i`` (one per pair), for plots.
 
@@ -46,10 +60,14 @@ def longrope_example_factors(
     geometric rise in between (linear in ``ln r_i``, ``r_i`` from
     :func:`toolkit.position.yarn_band_ratios`).
 
+    ``fns``: the student's ``yarn_band_ratios`` in place of the toolkit's.
+
     Returns:
         ``(d_head / 2,)`` float64 tensor of factors ``>= 1``.
     """
-    r = P.yarn_band_ratios(d_head, base, original_max_position_embeddings)  # turns per L_train
+    f = widget_functions("longrope_example_factors", fns,
+                         {"yarn_band_ratios": P.yarn_band_ratios})
+    r = f.yarn_band_ratios(d_head, base, original_max_position_embeddings)  # turns per L_train
     rise = ((math.log(32.0) - r.log()) / math.log(32.0)).clamp(0, 1)  # 0 at r >= 32, 1 at r <= 1
     return scale**rise  # lambda_i = s^rise_i
 
@@ -61,36 +79,42 @@ def extension_inv_freq(
     scale: float,
     original_max_position_embeddings: int,
     seq_len: int,
+    *,
+    fns=None,
 ) -> torch.Tensor:
     """The angular speeds ``theta'_i`` a method uses for an input of ``seq_len`` tokens.
 
     ``method`` is one of :data:`METHODS`. The static ones ignore ``seq_len``; dynamic NTK
     and LongRoPE (with ``short`` factors 1 and :func:`longrope_example_factors` as
-    ``long``) switch on ``seq_len > original_max_position_embeddings``.
+    ``long``) switch on ``seq_len > original_max_position_embeddings``. ``fns``: the
+    student's own, by name, in place of the toolkit's: the seven of :data:`TOOLKIT_FUNCTIONS`.
 
     Returns:
         ``(d_head / 2,)`` float64 tensor.
     """
+    f = widget_functions("extension_inv_freq", fns, TOOLKIT_FUNCTIONS)
     L = original_max_position_embeddings
     if method == "RoPE":
-        return P.rope_inv_freq(d_head, base, dtype=torch.float64)
+        return f.rope_inv_freq(d_head, base, dtype=torch.float64)
     if method == "PI":
-        return P.rope_inv_freq_linear(d_head, base, scale, dtype=torch.float64)
+        return f.rope_inv_freq_linear(d_head, base, scale, dtype=torch.float64)
     if method == "NTK":
-        return P.rope_inv_freq_ntk(d_head, base, scale, dtype=torch.float64)
+        return f.rope_inv_freq_ntk(d_head, base, scale, dtype=torch.float64)
     if method == "YaRN":
-        return P.yarn_inv_freq_and_temperature(d_head, base, scale, L)[0].double()
+        return f.yarn_inv_freq_and_temperature(d_head, base, scale, L)[0].double()
     if method == "dynamic NTK":
-        return P.rope_inv_freq_dynamic_ntk(d_head, base, seq_len, L, scale, dtype=torch.float64)
+        return f.rope_inv_freq_dynamic_ntk(d_head, base, seq_len, L, scale, dtype=torch.float64)
     if method == "LongRoPE":
-        factors = (longrope_example_factors(d_head, base, scale, L) if seq_len > L
+        ratios = {"yarn_band_ratios": f.yarn_band_ratios}
+        factors = (longrope_example_factors(d_head, base, scale, L, fns=ratios) if seq_len > L
                    else torch.ones(d_head // 2, dtype=torch.float64))  # long / short set
-        return P.longrope_inv_freq(d_head, base, factors, dtype=torch.float64)
+        return f.longrope_inv_freq(d_head, base, factors, dtype=torch.float64)
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
 
 
 def plot_long_context(
-    train_len: int = 256, scale: float = 4.0, d_head: int = 32, base: float = 10000.0
+    train_len: int = 256, scale: float = 4.0, d_head: int = 32, base: float = 10000.0, *,
+    fns=None,
 ) -> Figure:
     """All six methods against the input length ``T``, from 1 to ``2 s L_train``.
 
@@ -102,18 +126,22 @@ def plot_long_context(
     PI, YaRN and LongRoPE coincide up to ``s L_train`` (each slows the slowest pairs by
     exactly ``s``), while the NTK base changes let some middle pairs drift onto new
     angles earlier: the weakness YaRN's per-band ramp was designed to remove.
+
+    ``fns``: the student's own functions, by name, in place of the toolkit's (those of
+    :data:`TOOLKIT_FUNCTIONS`).
     """
+    f = widget_functions("plot_long_context", fns, TOOLKIT_FUNCTIONS)
     if not (isinstance(train_len, int) and train_len >= 8):
         raise ValueError(f"train_len must be an int >= 8, got {train_len!r}")
     lengths = torch.linspace(1, 2 * scale * train_len, 160).round().long().unique().tolist()
-    theta = P.rope_inv_freq(d_head, base, dtype=torch.float64)
+    theta = f.rope_inv_freq(d_head, base, dtype=torch.float64)
 
     fig = Figure(figsize=(11, 4.3), layout="constrained")
     ax_unseen, ax_slow = fig.subplots(1, 2, sharex=True)
     for name in METHODS:
         unseen, slow = [], []
         for T in lengths:
-            inv = extension_inv_freq(name, d_head, base, scale, train_len, T)
+            inv = extension_inv_freq(name, d_head, base, scale, train_len, T, fns=fns)
             unseen.append(float(_unseen_angle_fraction(inv, theta, train_len, T).max()))
             slow.append(float((1 - inv / theta).mean()))  # mean_i (1 - theta'_i / theta_i)
         style = dict(color=_COLORS[name], lw=2 if name in ("dynamic NTK", "LongRoPE") else 1.2,
@@ -135,8 +163,15 @@ def plot_long_context(
     return fig
 
 
-def long_context_explorer():
-    """Scale, training length and head size for :func:`plot_long_context`."""
+def long_context_explorer(*, fns=None):
+    """Scale, training length and head size for :func:`plot_long_context`.
+
+    Args:
+        fns: your own functions in place of the toolkit's, by name: ``rope_inv_freq``,
+            ``rope_inv_freq_linear``, ``rope_inv_freq_ntk``, ``yarn_inv_freq_and_temperature``,
+            ``yarn_band_ratios``, ``rope_inv_freq_dynamic_ntk``, ``longrope_inv_freq``.
+    """
+    f = widget_functions("long_context_explorer", fns, TOOLKIT_FUNCTIONS)
     if is_headless():
         return headless_placeholder("long_context_explorer")
     import ipywidgets as w
@@ -156,4 +191,7 @@ def long_context_explorer():
                 f"pair on familiar angles up to {int(scale * train_len)} tokens; the NTK base "
                 "changes let some middle pairs drift onto new angles sooner.")
 
-    return live_figure(controls, plot_long_context, note, tight=True)
+    def draw(**values):
+        return plot_long_context(**values, fns=fns)
+
+    return live_figure(controls, draw, note, tight=True, functions=f)
