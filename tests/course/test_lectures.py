@@ -4,14 +4,17 @@ Each lecture listed in the outline (whatever its number: lectures added later ar
 up from the file) is built the way ``autograder init`` builds it and executed in a real
 Jupyter kernel with nbclient: widgets built (``TOOLKIT_HEADLESS`` unset), figures drawn
 to PNG by matplotlib's inline backend (Agg), from a scratch working directory. A lecture
-that raises anywhere fails with the cell and the error; so does one that shows no figure
-or no widget, since the lectures are built around them. The cheaper checks (the house
-rules of every notebook) run without a kernel.
+that raises anywhere fails with the cell and the error. The lectures are built around
+the widgets, so each must show at least one, and every widget image it shows must hold a
+drawn PNG (read from the widget state nbclient saves), never the line a widget shows for
+an exercise that is not written. The cheaper checks (the house rules of every notebook)
+run without a kernel.
 """
 
 from __future__ import annotations
 
 import ast
+import base64
 
 import nbformat
 import pytest
@@ -38,6 +41,19 @@ def lecture_notebook(lecture) -> nbformat.NotebookNode:
 
 def code_cells(nb) -> list:
     return [cell for cell in nb.cells if cell.cell_type == "code"]
+
+
+def widget_states(nb) -> list[dict]:
+    """The widget models an executed notebook saved (nbclient stores their last state)."""
+    saved = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    return list(saved.get("state", {}).values())
+
+
+def drawn_images(states) -> list[bytes]:
+    """The PNG bytes of every widget image (ipywidgets.Image keeps them in a buffer)."""
+    return [base64.b64decode(buffer["data"]) for model in states
+            if model["model_name"] == "ImageModel"
+            for buffer in model.get("buffers", []) if buffer.get("path") == ["value"]]
 
 
 def test_the_outline_lists_lectures():
@@ -85,5 +101,10 @@ def test_lecture_runs_top_to_bottom(lecture, tmp_path, monkeypatch):
     assert not [o for o in outputs if o.output_type == "error"]
     assert any(WIDGET in o.get("data", {}) for o in outputs), (
         f"{lecture.notebook} showed no widget")
-    assert any("image/png" in o.get("data", {}) for o in outputs), (
-        f"{lecture.notebook} drew no figure")
+    states = widget_states(nb)
+    images = drawn_images(states)
+    assert images and all(png.startswith(b"\x89PNG") for png in images), (
+        f"{lecture.notebook}: a widget image holds no drawn figure")
+    unwritten = [m["state"]["value"] for m in states if m["model_name"] == "HTMLModel"
+                 and "not written yet" in str(m["state"].get("value", ""))]
+    assert not unwritten, f"{lecture.notebook}: a widget needs an exercise: {unwritten[0]}"

@@ -27,31 +27,61 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Public names no notebook needs, and why. Keep each reason to one line.
 NOT_FOR_NOTEBOOKS = {
     "check_dropout": "an argument check the toolkit's own modules call; no notebook builds dropout",
+    "check_step_sizes": "an argument check of toolkit.ssm; no notebook calls it",
+    "main": "the command line `python -m toolkit.train`; lecture 07 trains through train()",
+    "Unwritten": "friendly_errors' reading of a stub's message; notebooks call friendly_errors()",
+    "unwritten_exercise": "friendly_errors' and the widgets' reading of a stub's message",
     "is_headless": "widget plumbing: every builder asks it whether to draw",
     "headless_placeholder": "widget plumbing: what a builder returns while grading",
     "figure_to_png": "widget plumbing: how every builder turns a figure into an image",
     "live_figure": "widget plumbing: the redraw loop every builder is built on",
-    "main": "the command line `python -m toolkit.train`; lecture 07 trains through train()",
+    "widget_functions": "widget plumbing: how a builder picks the student's functions (fns)",
+    "WidgetFunctions": "widget plumbing: what widget_functions returns",
+    "unwritten_message": "widget plumbing: the line a widget shows for an unwritten exercise",
+    "unwritten_html": "widget plumbing: that line as HTML",
+    "reports_unwritten": "widget plumbing: the same for builders that compute first",
 }
 
-#: A widget's pure plotting function that a notebook sees through its builder only:
-#: ``plot function -> builder``. The builder itself must be used.
-DRAWN_BY_BUILDER = {
+#: A widget's helper (a pure plot, the data behind it) that notebooks see through its
+#: builder: ``helper -> builder``. Both live in one module, and the builder must be used.
+SHOWN_BY_BUILDER = {
     "plot_rope_spectrum": "rope_spectrum_explorer",
     "plot_score_vs_distance": "score_vs_distance_explorer",
     "plot_alibi_heads": "alibi_explorer",
     "plot_train_short_test_long": "train_short_test_long_explorer",
+    "plot_router_load": "router_load_explorer",
+    "simulate_router": "router_load_explorer",
+    "plot_ssm_kernel": "ssm_kernel_explorer",
+    "ssm_impulse_response": "ssm_kernel_explorer",
+    "memory_horizon": "ssm_kernel_explorer",
+    "selective_forgetting": "ssm_kernel_explorer",
+    "plot_rwkv_decay": "rwkv_decay_explorer",
+    "channel_decays": "rwkv_decay_explorer",
+    "wkv_trace": "rwkv_decay_explorer",
+    "plot_decoding_costs": "decoding_cost_explorer",
 }
 
-#: Taught by lectures and assignments 05 (blocks) and 06 (beyond attention), written on
-#: other branches: delete each line once its notebook uses the name.
-TAUGHT_IN_05_06 = {
-    "gelu_exact": "05-blocks: GELU, exact",
-    "gelu_tanh": "05-blocks: GELU's tanh approximation",
-    "GLU": "05-blocks: the GLU family",
-    "ReGLU": "05-blocks: the GLU family",
-    "GEGLU": "05-blocks: the GLU family",
-    "GatedFeedForward": "05-blocks: the GLU family",
+#: What the toolkit implements and no notebook shows yet, by the assignment whose topic it
+#: is: the lecture or assignment of that number should show it (then delete the line).
+NOT_YET_SHOWN = {
+    "gelu_exact": "05-blocks (being written): GELU, exact",
+    "gelu_tanh": "05-blocks (being written): GELU's tanh approximation",
+    "GLU": "05-blocks (being written): the GLU family",
+    "ReGLU": "05-blocks (being written): the GLU family",
+    "GEGLU": "05-blocks (being written): the GLU family",
+    "GatedFeedForward": "05-blocks (being written): the GLU family",
+    "router_z_loss": "06: ST-MoE's router z-loss",
+    "expert_load": "06: drawn by router_load_explorer, called by no notebook",
+    "discretize_simplified": "06: the simplified discretisation beside the ZOH",
+    "ssm_kernel": "06: the S4 convolution kernel",
+    "ssm_recurrent": "06: the time-invariant SSM as a recurrence",
+    "ssm_convolutional": "06: the time-invariant SSM as a convolution",
+    "selective_step": "06: one step of the selective scan (decoding)",
+    "MambaMixer": "06: the Mamba block",
+    "MambaCache": "06: the Mamba block's decoding state",
+    "token_shift": "06: RWKV's token shift",
+    "RwkvTimeMixing": "06: RWKV's time-mixing layer",
+    "RwkvChannelMixing": "06: RWKV's channel-mixing layer",
 }
 
 
@@ -132,24 +162,26 @@ def test_every_public_toolkit_name_is_used_or_excused():
     used = set()
     for source, is_assignment in notebooks().values():
         used |= used_names(source, defines_count=is_assignment)
-    excused = set(NOT_FOR_NOTEBOOKS) | set(DRAWN_BY_BUILDER) | set(TAUGHT_IN_05_06)
+    excused = set(NOT_FOR_NOTEBOOKS) | set(SHOWN_BY_BUILDER) | set(NOT_YET_SHOWN)
     unused = sorted(f"{public[n]}.{n}" for n in set(public) - used - excused)
     assert not unused, (
         "public toolkit names that no lecture or assignment uses (show each in the lecture "
         "of its topic, or list it in this test with a one-line reason):\n  " + "\n  ".join(unused))
-    unused_builders = sorted(b for b in DRAWN_BY_BUILDER.values() if b not in used)
+    unused_builders = sorted(b for b in SHOWN_BY_BUILDER.values() if b not in used)
     assert not unused_builders, (
-        f"builders listed in DRAWN_BY_BUILDER that no notebook shows: {unused_builders}")
+        f"builders listed in SHOWN_BY_BUILDER that no notebook shows: {unused_builders}")
 
 
 def test_the_exceptions_are_real_and_still_needed():
     public = public_toolkit_names()
-    listed = [*NOT_FOR_NOTEBOOKS, *DRAWN_BY_BUILDER, *DRAWN_BY_BUILDER.values(), *TAUGHT_IN_05_06]
+    listed = [*NOT_FOR_NOTEBOOKS, *SHOWN_BY_BUILDER, *SHOWN_BY_BUILDER.values(), *NOT_YET_SHOWN]
     assert not [n for n in listed if n not in public], "exceptions name no public toolkit name"
+    elsewhere = {h: b for h, b in SHOWN_BY_BUILDER.items() if public[h] != public[b]}
+    assert not elsewhere, f"a helper and its builder live in different modules: {elsewhere}"
     used = set()
     for source, is_assignment in notebooks().values():
         used |= used_names(source, defines_count=is_assignment)
-    stale = sorted(n for n in [*NOT_FOR_NOTEBOOKS, *DRAWN_BY_BUILDER] if n in used)
+    stale = sorted(n for n in [*NOT_FOR_NOTEBOOKS, *SHOWN_BY_BUILDER] if n in used)
     assert not stale, f"now used by a notebook, so remove them from the exceptions: {stale}"
-    assert all(reason and "\n" not in reason for reason in
-               [*NOT_FOR_NOTEBOOKS.values(), *TAUGHT_IN_05_06.values()])
+    reasons = [*NOT_FOR_NOTEBOOKS.values(), *NOT_YET_SHOWN.values()]
+    assert all(reason and "\n" not in reason and len(reason) <= 90 for reason in reasons)
