@@ -21,8 +21,9 @@ import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 from nbclient import NotebookClient
 
-from autograder.course import Course, notebook_from_text
-from autograder.outline import COURSE_FILE, load_outline
+from autograder.course import Course
+from autograder.outline import COURSE_FILE, lecture_notebook, load_outline
+from autograder.release_steps import CONTINUE_TAG
 
 OUTLINE = load_outline(COURSE_FILE)
 LECTURES = list(OUTLINE.lectures)
@@ -32,11 +33,9 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 CELL_TIMEOUT = 180
 
 
-def lecture_notebook(lecture) -> nbformat.NotebookNode:
-    source = OUTLINE.lecture_source(lecture)
-    if source.suffix == ".py":
-        return notebook_from_text(source.read_text())
-    return nbformat.read(source, as_version=4)
+def built(lecture) -> nbformat.NotebookNode:
+    """The lecture as ``autograder init`` builds it into the workspace."""
+    return lecture_notebook(OUTLINE.lecture_source(lecture))
 
 
 def code_cells(nb) -> list:
@@ -63,9 +62,11 @@ def test_the_outline_lists_lectures():
 @pytest.mark.parametrize("lecture", LECTURES, ids=IDS)
 def test_lecture_follows_the_notebook_rules(lecture):
     """First code cell calls friendly_errors(); cells parse; a title names the lecture."""
-    nb = lecture_notebook(lecture)
+    nb = built(lecture)
     cells = code_cells(nb)
     assert cells, f"{lecture.notebook} has no code cell"
+    assert all(CONTINUE_TAG in c.metadata.get("tags", []) for c in cells[1:]), (
+        "Run All must reach the end of a lecture: every code cell after the first is tagged")
     assert "friendly_errors()" in cells[0].source, (
         f"{lecture.notebook}: the first code cell must call toolkit.notebook.friendly_errors()")
     for i, cell in enumerate(cells):
@@ -78,11 +79,13 @@ def test_lecture_follows_the_notebook_rules(lecture):
 
 
 def test_init_builds_every_lecture_into_the_workspace(tmp_path):
-    built = Course(tmp_path / "workspace").build_lectures()
-    assert [p.name for p in built] == [f"{lecture.stem}.ipynb" for lecture in LECTURES]
-    for path, lecture in zip(built, LECTURES):
-        cells = nbformat.read(path, as_version=4).cells
-        assert len(cells) == len(lecture_notebook(lecture).cells)
+    paths = Course(tmp_path / "workspace").build_lectures()
+    assert [p.name for p in paths] == [f"{lecture.stem}.ipynb" for lecture in LECTURES]
+    for path, lecture in zip(paths, LECTURES):
+        def shape(cells):  # cell ids are new at every conversion
+            return [(c.cell_type, c.source, c.metadata.get("tags")) for c in cells]
+
+        assert shape(nbformat.read(path, as_version=4).cells) == shape(built(lecture).cells)
 
 
 @pytest.mark.slow
@@ -93,12 +96,14 @@ def test_lecture_runs_top_to_bottom(lecture, tmp_path, monkeypatch):
     # OpenMP threads that spin while waiting make small CPU training steps several times
     # slower on a busy machine; waiting passively costs nothing on an idle one.
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
-    nb = lecture_notebook(lecture)
+    nb = built(lecture)
     client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()  # CellExecutionError names the cell and the error
+    client.execute()  # the cells are tagged to go on past an error: look for them below
+    errors = [f"code cell {i}: {o.ename}: {o.evalue}" for i, cell in enumerate(code_cells(nb))
+              for o in cell.outputs if o.output_type == "error"]
+    assert not errors, f"{lecture.notebook} failed:\n" + "\n".join(errors)
     outputs = [out for cell in code_cells(nb) for out in cell.outputs]
-    assert not [o for o in outputs if o.output_type == "error"]
     assert any(WIDGET in o.get("data", {}) for o in outputs), (
         f"{lecture.notebook} showed no widget")
     states = widget_states(nb)
