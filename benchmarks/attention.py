@@ -91,7 +91,7 @@ def reference(q, k, v, causal):
 def bench_gpu(args) -> None:
     import attention_gpu
 
-    from toolkit.kernels import flash_backward
+    from toolkit.kernels import flash_backward_kernels as kernels
 
     device = torch.cuda.get_device_name()
     results = {"device": device, "torch": torch.__version__}
@@ -111,8 +111,8 @@ def bench_gpu(args) -> None:
         results["bench"] = rows
         results["tuned"] = {
             name: {str(key): str(config) for key, config in kernel.cache.items()}
-            for name, kernel in (("dkdv", flash_backward._bwd_dkdv_tuned),
-                                 ("dq", flash_backward._bwd_dq_tuned))
+            for name, kernel in (("dkdv", kernels.bwd_dkdv_tuned),
+                                 ("dq", kernels.bwd_dq_tuned))
         }
         if args.json:
             with open(args.json, "w") as f:

@@ -5,7 +5,8 @@
   the student-sized version of Assignment 04, :func:`flash_attention_triton` with its
   kernel :func:`flash_attention_kernel`.
 * :mod:`toolkit.kernels.flash_backward`: the FlashAttention-2 backward,
-  :func:`triton_flash_attention_backward` (strided, autotuned on a GPU).
+  :func:`triton_flash_attention_backward` (strided, autotuned on a GPU), launching the
+  kernels of :mod:`toolkit.kernels.flash_backward_kernels`.
 * :mod:`toolkit.kernels.flash_backward_teaching`: the student-sized backward of
   Assignment 04, :func:`flash_attention_backward_triton` with its kernel.
 * :mod:`toolkit.kernels.flash_autograd`: forward and backward as one autograd
