@@ -52,9 +52,9 @@ from toolkit.flash import (  # noqa: E402
 )
 from toolkit.kernels import (  # noqa: E402
     HAS_TRITON,
+    flash_attention_backward_tuned,
+    flash_attention_tuned,
     interpreter_active,
-    triton_flash_attention,
-    triton_flash_attention_backward,
 )
 
 MB = 1e6
@@ -192,9 +192,9 @@ def bench_cpu_interpreter(quick: bool) -> None:
                 k = torch.randn(B, H_kv, N, d, generator=g).to(dtype)
                 v = torch.randn(B, H_kv, N, d, generator=g).to(dtype)
                 ref = reference(q, k, v, causal)
-                out, _ = triton_flash_attention(q, k, v, causal=causal)
+                out, _ = flash_attention_tuned(q, k, v, causal=causal)
                 t_interp = best_time(
-                    lambda q=q, k=k, v=v, c=causal: triton_flash_attention(q, k, v, causal=c))
+                    lambda q=q, k=k, v=v, c=causal: flash_attention_tuned(q, k, v, causal=c))
                 t_torch = best_time(lambda q=q, k=k, v=v, c=causal: flash_attention_forward(
                     q, k, v, causal=c, block_q=32, block_k=32))
                 err = (out.double() - ref).abs().max().item()
@@ -229,11 +229,11 @@ def bench_cpu_interpreter_backward(quick: bool) -> None:
                 g = torch.Generator().manual_seed(1)
                 q, dout = (torch.randn(B, H, N, d, generator=g).to(dtype) for _ in range(2))
                 k, v = (torch.randn(B, H_kv, N, d, generator=g).to(dtype) for _ in range(2))
-                out, lse = triton_flash_attention(q, k, v, causal=causal)
+                out, lse = flash_attention_tuned(q, k, v, causal=causal)
                 want = reference_grads(q, k, v, dout, causal)
-                got = triton_flash_attention_backward(q, k, v, out, lse, dout, causal)
+                got = flash_attention_backward_tuned(q, k, v, out, lse, dout, causal)
                 t_interp = best_time(lambda a=(q, k, v, out, lse, dout), c=causal:
-                                     triton_flash_attention_backward(*a, c))
+                                     flash_attention_backward_tuned(*a, c))
                 t_torch = best_time(lambda a=(q, k, v, out, lse, dout), c=causal:
                                     flash_attention_backward(*a, c, 32, 32))
                 err = max((x.double() - w).abs().max().item() for x, w in zip(got, want))

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from toolkit.flash import attention_forward_flops
-from toolkit.kernels import triton_attention, triton_flash_attention
+from toolkit.kernels import flash_attention_tuned, triton_attention
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 ERROR_FLOOR = {torch.float16: 2e-3, torch.bfloat16: 1.5e-2, torch.float32: 1e-5}
@@ -186,7 +186,7 @@ def sweep_forward_blocks(N=4096, B=4, H=32, log=print) -> None:
             sdpa = do_bench(lambda a=(q, k, v, causal): _flash_sdpa(*a), warmup=10, rep=50)
             for bm, bn in ((64, 64), (128, 32), (128, 64), (128, 128), (64, 128)):
                 try:
-                    t = do_bench(lambda a=(q, k, v, causal), bm=bm, bn=bn: triton_flash_attention(
+                    t = do_bench(lambda a=(q, k, v, causal), bm=bm, bn=bn: flash_attention_tuned(
                         *a[:3], causal=a[3], block_m=bm, block_n=bn), warmup=10, rep=50)
                 except Exception as exc:  # out of shared memory or registers
                     log(f"fwd sweep d={d} causal={causal} {bm}x{bn}: {type(exc).__name__}")

@@ -30,9 +30,9 @@ from toolkit.flash import flash_attention_backward, flash_attention_forward  # n
 from toolkit.kernels import (  # noqa: E402
     HAS_TRITON,
     flash_attention_backward_triton,
+    flash_attention_backward_tuned,
     interpreter_active,
     triton_attention,
-    triton_flash_attention_backward,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,10 +48,10 @@ def test_imports_and_refuses_to_run_without_triton():
         sys.meta_path.insert(0, Block())
         import torch
         from toolkit.kernels import (flash_attention_backward_triton, triton_attention,
-                                     triton_flash_attention_backward)
+                                     flash_attention_backward_tuned)
         q = torch.zeros(1, 1, 16, 16)
         lse = torch.zeros(1, 1, 16)
-        for call in (lambda: triton_flash_attention_backward(q, q, q, q, lse, q),
+        for call in (lambda: flash_attention_backward_tuned(q, q, q, q, lse, q),
                      lambda: flash_attention_backward_triton(q, q, q, q, lse, q),
                      lambda: triton_attention(q, q, q)):
             try:
@@ -142,7 +142,7 @@ SHAPES = [  # (B, H, H_kv, N_q, N_k, d, causal)
 def test_tuned_backward_matches_sdpa_and_the_tiled_reference(B, H, H_kv, N_q, N_k, d, causal):
     q, k, v, dout = problem(B, H, H_kv, N_q, N_k, d)
     out, lse = flash_attention_forward(q, k, v, causal)
-    got = triton_flash_attention_backward(q, k, v, out, lse, dout, causal, block_m=16, block_n=16)
+    got = flash_attention_backward_tuned(q, k, v, out, lse, dout, causal, block_m=16, block_n=16)
     assert all(g.dtype == q.dtype and g.device == q.device for g in got)
     assert_grads_close(got, sdpa_grads(q, k, v, dout, causal), atol=2e-5)
     tiled = flash_attention_backward(q.cpu(), k.cpu(), v.cpu(), out.cpu(), lse.cpu(), dout.cpu(),
@@ -164,7 +164,7 @@ def test_rows_that_see_no_key_get_zero_gradient():
     q, k, v, dout = problem(1, 2, 2, 40, 16, 16, seed=20)  # queries 0..23 see nothing
     out, lse = flash_attention_forward(q, k, v, True)
     for dq, _, _ in (
-        triton_flash_attention_backward(q, k, v, out, lse, dout, True, block_m=16, block_n=16),
+        flash_attention_backward_tuned(q, k, v, out, lse, dout, True, block_m=16, block_n=16),
         flash_attention_backward_triton(q, k, v, out, lse.float(), dout, True, 16, 16),
     ):
         assert torch.equal(dq[:, :, :24].cpu(), torch.zeros(1, 2, 24, 16))
@@ -177,10 +177,10 @@ def test_gqa_gradients_are_summed_over_each_group():
     # 4 query heads on 2 KV heads: dK of KV head 0 = dK through head 0 + dK through head 1.
     q, k, v, dout = problem(1, 4, 2, 16, 16, 16, seed=30)
     out, lse = flash_attention_forward(q, k, v, False)
-    _, dk, dv = triton_flash_attention_backward(q, k, v, out, lse, dout, block_m=16, block_n=16)
+    _, dk, dv = flash_attention_backward_tuned(q, k, v, out, lse, dout, block_m=16, block_n=16)
     k4, v4 = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
     out4, lse4 = flash_attention_forward(q, k4, v4, False)
-    _, dk4, dv4 = triton_flash_attention_backward(q, k4, v4, out4, lse4, dout,
+    _, dk4, dv4 = flash_attention_backward_tuned(q, k4, v4, out4, lse4, dout,
                                                   block_m=16, block_n=16)
     torch.testing.assert_close(dk, dk4.view(1, 2, 2, 16, 16).sum(2), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(dv, dv4.view(1, 2, 2, 16, 16).sum(2), atol=1e-5, rtol=1e-5)
@@ -210,7 +210,7 @@ def test_fp16_default_blocks_strided_inputs_and_scale():
     dout = rand(1, 37, 4, 24, seed=53, dtype=torch.float16).transpose(1, 2)
     assert not q.is_contiguous()
     out, lse = flash_attention_forward(q, k, v, True, scale=0.3)
-    got = triton_flash_attention_backward(q, k, v, out, lse, dout, True, scale=0.3)
+    got = flash_attention_backward_tuned(q, k, v, out, lse, dout, True, scale=0.3)
     assert all(g.dtype == torch.float16 for g in got)
     assert_grads_close(got, sdpa_grads(q, k, v, dout, True, scale=0.3), atol=4e-3)
 
@@ -233,7 +233,7 @@ def test_gradcheck_float64():
         @staticmethod
         def backward(ctx, dout):
             q, k, v, out, lse = ctx.saved_tensors
-            return triton_flash_attention_backward(q, k, v, out, lse, dout, True,
+            return flash_attention_backward_tuned(q, k, v, out, lse, dout, True,
                                                    block_m=16, block_n=16)
 
     q, k, v = (rand(*shape, seed=s, dtype=torch.float64).requires_grad_()
@@ -246,13 +246,13 @@ def test_bad_arguments_are_named():
     q, k, v, dout = problem(1, 2, 2, 16, 16, 16)
     out, lse = flash_attention_forward(q, k, v)
     with pytest.raises(ValueError, match="lse"):
-        triton_flash_attention_backward(q, k, v, out, lse[..., :8], dout)
+        flash_attention_backward_tuned(q, k, v, out, lse[..., :8], dout)
     with pytest.raises(ValueError, match="dout"):
-        triton_flash_attention_backward(q, k, v, out, lse, dout[:, :, :8])
+        flash_attention_backward_tuned(q, k, v, out, lse, dout[:, :, :8])
     with pytest.raises(ValueError, match="dtype"):
-        triton_flash_attention_backward(q, k, v, out, lse, dout.half())
+        flash_attention_backward_tuned(q, k, v, out, lse, dout.half())
     with pytest.raises(ValueError, match="block_m"):
-        triton_flash_attention_backward(q, k, v, out, lse, dout, block_m=24)
+        flash_attention_backward_tuned(q, k, v, out, lse, dout, block_m=24)
     with pytest.raises(ValueError, match="lse"):
         flash_attention_backward_triton(q, k, v, out, lse.double(), dout)
     with pytest.raises(ValueError, match="out"):
@@ -260,4 +260,4 @@ def test_bad_arguments_are_named():
     if interpreter_active():
         b = q.bfloat16()
         with pytest.raises(ValueError, match="bfloat16"):
-            triton_flash_attention_backward(b, b, b, b, lse, b)
+            flash_attention_backward_tuned(b, b, b, b, lse, b)

@@ -2,7 +2,7 @@
 
 :class:`TritonFlashAttention` joins the Triton forward (which returns the output and
 the log-sum-exp) and the FlashAttention-2 backward
-(:func:`toolkit.kernels.flash_backward.triton_flash_attention_backward`) into one
+(:func:`toolkit.kernels.flash_backward_tuned.flash_attention_backward_tuned`) into one
 ``torch.autograd.Function``. Like every FlashAttention, it saves only ``q, k, v``, the
 output and one log-sum-exp per query row for the backward: O(N) memory where autograd
 through plain attention keeps the ``N x N`` probabilities of every head.
@@ -20,8 +20,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from toolkit.kernels import triton_flash_attention
-from toolkit.kernels.flash_backward import triton_flash_attention_backward
+from toolkit.kernels.flash_backward_tuned import flash_attention_backward_tuned
+from toolkit.kernels.flash_tuned import flash_attention_tuned
 
 
 class TritonFlashAttention(torch.autograd.Function):
@@ -33,7 +33,7 @@ class TritonFlashAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale=None):
-        out, lse = triton_flash_attention(q, k, v, causal=causal, scale=scale)
+        out, lse = flash_attention_tuned(q, k, v, causal=causal, scale=scale)
         ctx.save_for_backward(q, k, v, out, lse)  # never the probabilities
         ctx.causal, ctx.scale = causal, scale
         return out
@@ -41,7 +41,7 @@ class TritonFlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout: Tensor):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = triton_flash_attention_backward(
+        dq, dk, dv = flash_attention_backward_tuned(
             q, k, v, out, lse, dout, ctx.causal, scale=ctx.scale
         )
         return dq, dk, dv, None, None

@@ -1,4 +1,4 @@
-"""The kernels of the FlashAttention-2 backward (launched by :mod:`toolkit.kernels.flash_backward`).
+"""The kernels of the FlashAttention-2 backward (:mod:`toolkit.kernels.flash_backward_tuned`).
 
 Three launches:
 
@@ -29,7 +29,7 @@ pipeline stages per problem with ``triton.autotune``.
 
 from __future__ import annotations
 
-from toolkit.kernels.flash_triton import HAS_TRITON, tl, triton
+from toolkit.kernels.runtime import HAS_TRITON, tl, triton
 
 if HAS_TRITON:
     import triton.testing

@@ -21,7 +21,7 @@ grouped-query attention a KV head serves ``g = H / H_kv`` query heads (``h = kv_
 and its gradient is the **sum** over all of them, so the same program walks over the
 query tiles of each head of its group. ``dQ_i`` gets a share from every key tile, so
 programs add their shares into a float32 buffer with ``tl.atomic_add``, as FA2's
-Algorithm 2 does. (:mod:`toolkit.kernels.flash_backward` instead runs a second kernel,
+Algorithm 2 does. (:mod:`toolkit.kernels.flash_backward_tuned` instead runs a second kernel,
 parallel over queries, for ``dQ``: no atomics, a little recomputation.)
 
 **Causal, bottom-right.** Query ``i`` sees key ``j`` iff ``j <= i + N_k - N_q``, as in
@@ -30,7 +30,7 @@ the forward. A key tile starting at ``n0`` is invisible to every query before
 are masked row by row.
 
 The kernel takes contiguous tensors and a head size ``d`` that is a power of two >= 16,
-like the forward teaching kernel (:func:`toolkit.kernels.flash_triton.flash_attention_kernel`).
+like the forward teaching kernel (:func:`toolkit.kernels.flash_teaching.flash_attention_kernel`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ import math
 import torch
 from torch import Tensor
 
-from toolkit.kernels.flash_triton import check_kernel_launch, tl, triton
+from toolkit.arguments import check_flash_backward_inputs
+from toolkit.kernels.flash_teaching import check_kernel_launch
+from toolkit.kernels.runtime import tl, triton
 
 
 @triton.jit
@@ -114,7 +116,7 @@ def check_backward_launch(
 
     Args:
         kernel: the ``@triton.jit`` function about to be launched.
-        q, k, v: as for the forward (see :func:`toolkit.kernels.flash_triton.check_kernel_launch`).
+        q, k, v: as for the forward (:func:`toolkit.kernels.check_kernel_launch`).
         out, dout: ``(B, H, N_q, d)``, the forward's output and the loss's gradient with
             respect to it, in ``q``'s dtype and on its device.
         lse: ``(B, H, N_q)`` float32, the forward's natural-log log-sum-exp.
@@ -125,22 +127,7 @@ def check_backward_launch(
             ``dout`` or ``lse`` when one does not fit ``q``.
     """
     check_kernel_launch(kernel, q, k, v, block_m, block_n)
-    for name, t in (("out", out), ("dout", dout)):
-        if not isinstance(t, Tensor) or t.shape != q.shape:
-            got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-            raise ValueError(f"{name} must have q's shape {tuple(q.shape)}, got {got}")
-        if t.dtype != q.dtype or t.device != q.device:
-            raise ValueError(
-                f"{name} must have q's dtype and device ({q.dtype}, {q.device}), "
-                f"got {t.dtype}, {t.device}"
-            )
-    if not isinstance(lse, Tensor) or lse.shape != q.shape[:3] or lse.dtype != torch.float32:
-        got = f"{tuple(lse.shape)} {lse.dtype}" if isinstance(lse, Tensor) else type(lse).__name__
-        raise ValueError(
-            f"lse must be the forward's float32 log-sum-exp, shape {tuple(q.shape[:3])}; got {got}"
-        )
-    if lse.device != q.device:
-        raise ValueError(f"lse must be on q's device {q.device}, got {lse.device}")
+    check_flash_backward_inputs(q, out, lse, dout)
 
 
 def flash_attention_backward_triton(
