@@ -253,7 +253,7 @@ def bench_backends(args, corpus) -> None:
     results = race(models, corpus.train, corpus.val, steps=args.steps,
                    batch_size=args.batch_size, block_size=args.block_size, window=args.window,
                    eval_every=eval_every, device=device, autocast_dtype=dtype, seed=args.seed)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "the CPU"
     _race_table(
         f"Attention backends on {name}: modern recipe, d_model={args.d_model}, "
         f"n_layers={args.n_layers}, n_heads={args.n_heads}, {args.steps} steps x "

@@ -134,7 +134,8 @@ def race(
     start = min(warmup_steps_untimed, steps)
     turn = 0
     while start < steps:
-        stop = min(steps, start + window)
+        next_eval = (start // eval_every + 1) * eval_every  # turns end at every evaluation
+        stop = min(steps, start + window, next_eval)
         order = names[turn % len(names):] + names[: turn % len(names)]  # rotate who goes first
         for name in order:
             _sync(device)
@@ -143,7 +144,7 @@ def race(
             _sync(device)
             results[name].train_seconds += time.perf_counter() - t0
             results[name].tokens += (stop - start) * batch_size * block_size
-        if stop // eval_every > start // eval_every or stop == steps:
+        if stop % eval_every == 0 or stop == steps:
             evaluate(stop)
         if on_window is not None:
             on_window(results)
