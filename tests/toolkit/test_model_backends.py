@@ -133,11 +133,10 @@ def test_attention_alignment_is_bottom_right(backend):
                                causal_attention(q, k, v, "reference"), atol=1e-5, rtol=1e-5)
 
 
-def test_auto_picks_a_fast_correct_backend():
-    assert resolve_backend("auto", torch.device("cpu"), torch.float32) == "sdpa"
-    # The interpreter is correct but slow: "auto" never picks it, not even for a CUDA tensor.
-    if interpreter_active():
-        assert resolve_backend("auto", torch.device("cuda"), torch.bfloat16) == "sdpa"
+def test_auto_picks_the_measured_fastest_backend():
+    # The interpreter is correct but slow; on an H100 sdpa trained the capstone faster.
+    for device, dtype in (("cpu", torch.float32), ("cuda", torch.bfloat16)):
+        assert resolve_backend("auto", torch.device(device), dtype) == "sdpa"
     for name in ("reference", "sdpa", "triton"):
         assert resolve_backend(name, torch.device("cpu"), torch.float32) == name
     assert GPTConfig().attention_backend == "auto"

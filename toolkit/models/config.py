@@ -57,8 +57,8 @@ class GPTConfig:
             hand-written norms and GELU); ``"sdpa"`` PyTorch's fused attention with its
             native GQA; ``"triton"`` the course's FlashAttention kernels, forward and
             backward; ``"auto"`` (default) the fastest correct one for the device
-            (:func:`toolkit.models.backends.resolve_backend`). Every backend but
-            ``"reference"`` also uses fused norms and activations
+            (:func:`toolkit.models.backends.resolve_backend`: ``"sdpa"``, as measured).
+            Every backend but ``"reference"`` also uses fused norms and activations
             (:mod:`toolkit.models.fused`). Same parameters and, to float rounding,
             same outputs and gradients whichever is chosen.
     """
