@@ -47,7 +47,7 @@ def resolve_backend(name: str, device: torch.device, dtype: torch.dtype) -> str:
 
     ``"auto"`` is ``"sdpa"`` on every device. On a CPU the Triton kernels only run in
     the interpreter (correct, far too slow). On an H100, training the capstone in bf16
-    with ``"triton"`` ran at 0.88x (d 128, T 128) and 0.90x (d 512, T 1024) of
+    with ``"triton"`` ran at 0.88x (d 128, T 128) and 0.85x (d 512, T 1024) of
     ``"sdpa"``'s tokens/s (``benchmarks/capstone.py --tables backends``): the course
     kernels match PyTorch's at long sequences, but the whole step also pays their
     Python-side launch. ``"triton"`` stays one word away. Any other name is returned
