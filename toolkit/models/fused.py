@@ -80,9 +80,9 @@ class _RMSNormFunction(torch.autograd.Function):
         x, weight, r = ctx.saved_tensors
         g_r = g * r
         d_weight = (g_r * x).flatten(0, -2).sum(0)  # sum over rows of g x r
-        g_w = g_r * weight  # r g gamma
+        g_w = g_r.mul_(weight)  # r g gamma (in place: one buffer fewer)
         dot = torch.linalg.vecdot(g_w, x).unsqueeze(-1)  # r sum_j g_j gamma_j x_j
-        d_x = torch.addcmul(g_w, x, dot * r.square() / x.shape[-1], value=-1.0)
+        d_x = g_w.addcmul_(x, dot * r.square() / x.shape[-1], value=-1.0)
         return d_x, d_weight, None
 
 
