@@ -11,7 +11,8 @@ the same function, computed by those kernels:
 teaching             fused
 ===================  =============================================================
 ``LayerNorm``        ``F.layer_norm``
-``RMSNorm``          ``F.rms_norm``, with its backward written out
+``RMSNorm``          ``F.rms_norm`` on a GPU; on a CPU, where that is a composite,
+                     :class:`_RMSNormFunction` (LayerNorm's fused backward)
 ``gelu_tanh``        ``F.gelu(x, approximate="tanh")``
 ``gelu_exact``       ``F.gelu(x)``
 ===================  =============================================================
@@ -57,46 +58,55 @@ class FusedLayerNorm(LayerNorm):
 class _RMSNormFunction(torch.autograd.Function):
     """``y = x r gamma`` with ``r = 1 / sqrt(mean(x^2) + eps)`` per row; backward by hand.
 
-    ``F.rms_norm`` runs its forward as one kernel, but PyTorch differentiates it through
-    the composite ops (square, mean, ``rsqrt``, products), a dozen passes over the
-    activations. With ``g = dL/dy`` the gradients are, per row of ``d`` features:
+    On a CPU ``F.rms_norm`` is a composite of square, mean, ``rsqrt`` and products, and
+    so is its gradient: a dozen passes over the activations. The forward here reads
+    ``x`` once for ``r`` (``vector_norm``) and writes ``x r gamma`` in two passes. With
+    ``g = dL/dy`` and ``x_hat = x r``, per row of ``d`` features:
 
-        dL/dgamma_j = sum over rows of g_j x_j r
-        dL/dx_k = r g_k gamma_k - x_k (r^3 / d) sum_j g_j gamma_j x_j
+        dL/dgamma = sum over rows of g x_hat
+        dL/dx = r (g gamma - x_hat mean(g gamma x_hat))
 
-    (the second term because ``r`` depends on every ``x_j``: ``dr/dx_k = -r^3 x_k / d``).
+    LayerNorm's gradient is the same with ``x_hat = (x - mu) r`` and one more term,
+    ``- r mean(g gamma)``, from the mean it subtracts. So LayerNorm's fused backward
+    kernel (``aten.native_layer_norm_backward``), given ``mu = 0`` and RMSNorm's ``r``,
+    computes both gradients in one pass; adding ``r mean(g gamma)`` back makes it
+    RMSNorm's.
     """
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
         d = x.shape[-1]
         ms = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square() / d  # mean(x^2)
-        ctx.save_for_backward(x, weight, torch.rsqrt(ms + eps))
-        return F.rms_norm(x, (d,), weight, eps)  # x r gamma, one kernel
+        r = torch.rsqrt(ms + eps)  # (..., 1)
+        ctx.save_for_backward(x, weight, r)
+        return (x * r).mul_(weight)  # x r gamma
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g: Tensor):
         x, weight, r = ctx.saved_tensors
-        g_r = g * r
-        d_weight = (g_r * x).flatten(0, -2).sum(0)  # sum over rows of g x r
-        g_w = g_r.mul_(weight)  # r g gamma (in place: one buffer fewer)
-        dot = torch.linalg.vecdot(g_w, x).unsqueeze(-1)  # r sum_j g_j gamma_j x_j
-        d_x = g_w.addcmul_(x, dot * r.square() / x.shape[-1], value=-1.0)
+        d = x.shape[-1]
+        d_x, d_weight, _ = torch.ops.aten.native_layer_norm_backward(
+            g, x, [d], torch.zeros_like(r), r, weight, None, [True, True, False]
+        )  # LayerNorm's gradients with mu = 0
+        d_x.addcmul_(r, (g @ weight).unsqueeze(-1), value=1.0 / d)  # + r mean(g gamma)
         return d_x, d_weight, None
 
 
 class FusedRMSNorm(RMSNorm):
-    """:class:`toolkit.norm.RMSNorm` computed by ``F.rms_norm``.
+    """:class:`toolkit.norm.RMSNorm` on fused kernels.
 
-    In float32 and float64 the backward is :class:`_RMSNormFunction`'s, written out. The
-    teaching version normalises half-precision inputs in float32 and multiplies by
-    ``gamma`` after casting back; here too.
+    ``F.rms_norm`` on a GPU (one kernel each way); on a CPU, float32 and float64 go
+    through :class:`_RMSNormFunction`. The teaching version normalises half-precision
+    inputs in float32 and multiplies by ``gamma`` after casting back; here too.
     """
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.dtype == self.weight.dtype and x.dtype in (torch.float32, torch.float64):
+        full_precision = x.dtype == self.weight.dtype and x.dtype in (torch.float32, torch.float64)
+        if full_precision and x.device.type == "cpu":
             return _RMSNormFunction.apply(x, self.weight, self.eps)  # x / rms(x) * gamma
+        if full_precision:
+            return F.rms_norm(x, (self.d_model,), self.weight, self.eps)
         x_hat = F.rms_norm(x.float(), (self.d_model,), None, self.eps)  # statistic in float32
         return x_hat.to(x.dtype) * self.weight
 
