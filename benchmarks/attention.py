@@ -1,30 +1,36 @@
 """Attention benchmarks: the Triton FlashAttention kernel against PyTorch, and memory.
 
 On a CUDA machine
-    forward TFLOP/s of ``toolkit.kernels.flash_attention_tuned`` and of
-    ``torch.nn.functional.scaled_dot_product_attention`` restricted to its
-    FlashAttention backend, fp16, B = 4, H = 32, d in {64, 128}, N = 1k .. 16k,
-    causal and not, with the ratio Triton / PyTorch (both measured in this process).
-    FLOPs are counted as ``4 B H N^2 d`` (half with a causal mask).
+    1. correctness of the Triton forward + backward (``toolkit.kernels.triton_attention``)
+       in fp16, bf16 and fp32, causal and GQA, beside SDPA, against float64;
+    2. forward and backward TFLOP/s of the Triton kernels and of
+       ``torch.nn.functional.scaled_dot_product_attention`` restricted to its
+       FlashAttention backend, fp16 and bf16, B = 4, H = 32, d in {64, 128},
+       N = 1k .. 16k, causal and not, with the ratio of their times (both measured in
+       this process). FLOPs: ``4 B H N^2 d`` forward, 2.5 times that backward, halved
+       with a causal mask. See ``attention_gpu.py``.
 
 On a CPU-only machine
     1. peak extra memory of naive attention (``toolkit.attention``, which builds
        ``N x N`` matrices) against tiled attention (``toolkit.flash``) as N grows,
        counted by :class:`toolkit.flash.PeakMemoryCounter` (bytes of every tensor the
        computation creates, minus those it frees);
-    2. correctness and wall time of the Triton kernel in the interpreter
-       (``TRITON_INTERPRET=1``) on small shapes, beside the PyTorch tiled version.
+    2. correctness and wall time of the Triton forward and backward kernels in the
+       interpreter (``TRITON_INTERPRET=1``) on small shapes, beside the PyTorch tiled
+       versions.
 
 Usage::
 
     python benchmarks/attention.py            # full run
     python benchmarks/attention.py --quick    # a few seconds
     python benchmarks/attention.py --cpu      # the CPU report even when CUDA is present
+    python benchmarks/attention.py --seq 2048,8192 --dtypes fp16 --json out.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -37,16 +43,19 @@ if not USE_CUDA:
     # The interpreter must be chosen before triton is first imported.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import torch.nn.functional as F  # noqa: E402
-
 from toolkit.attention import scaled_dot_product_attention  # noqa: E402
 from toolkit.flash import (  # noqa: E402
     PeakMemoryCounter,
-    attention_forward_flops,
     attention_memory_bytes,
+    flash_attention_backward,
     flash_attention_forward,
 )
-from toolkit.kernels import HAS_TRITON, flash_attention_tuned, interpreter_active  # noqa: E402
+from toolkit.kernels import (  # noqa: E402
+    HAS_TRITON,
+    flash_attention_backward_tuned,
+    flash_attention_tuned,
+    interpreter_active,
+)
 
 MB = 1e6
 
@@ -75,49 +84,50 @@ def reference(q, k, v, causal):
 
 
 # ---------------------------------------------------------------------------
-# GPU
+# GPU (the tables live in attention_gpu.py)
 # ---------------------------------------------------------------------------
 
 
-def bench_gpu(quick: bool) -> None:
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from triton.testing import do_bench
+def bench_gpu(args) -> None:
+    import attention_gpu
 
-    B, H = 4, 32
-    Ns = [1024, 2048, 4096] if quick else [1024, 2048, 4096, 8192, 16384]
-    rep = 20 if quick else 100
-    rows = []
-    for d in (64, 128):
-        for causal in (False, True):
-            for N in Ns:
-                g = torch.Generator(device="cuda").manual_seed(0)
-                q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16,
-                                       generator=g) for _ in range(3))
-                out, _ = flash_attention_tuned(q, k, v, causal=causal)
-                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                    t_torch = do_bench(
-                        lambda q=q, k=k, v=v, c=causal: F.scaled_dot_product_attention(
-                            q, k, v, is_causal=c), warmup=10, rep=rep)
-                t_triton = do_bench(
-                    lambda q=q, k=k, v=v, c=causal: flash_attention_tuned(q, k, v, causal=c),
-                    warmup=10, rep=rep)
-                err = (out.float() - ref.float()).abs().max().item()
-                flops = attention_forward_flops(B, H, N, d, causal)
-                tf_triton = flops / (t_triton * 1e-3) / 1e12
-                tf_torch = flops / (t_torch * 1e-3) / 1e12
-                rows.append([d, causal, N, f"{t_triton:.3f}", f"{tf_triton:.1f}",
-                             f"{t_torch:.3f}", f"{tf_torch:.1f}", f"{tf_triton / tf_torch:.2f}",
-                             f"{err:.1e}"])
-                del q, k, v, out, ref
-                torch.cuda.empty_cache()
-    print_table(
-        f"Forward, fp16, B={B}, H={H} on {torch.cuda.get_device_name()} "
-        "(TFLOP/s = 4BHN^2d / time, halved when causal)",
-        ["d", "causal", "N", "triton ms", "triton TFLOP/s", "sdpa-flash ms",
-         "sdpa-flash TFLOP/s", "triton/sdpa", "max |diff|"],
-        rows,
-    )
+    from toolkit.kernels import flash_backward_kernels as kernels
+
+    device = torch.cuda.get_device_name()
+    results = {"device": device, "torch": torch.__version__}
+    import triton
+
+    results["triton"] = triton.__version__
+    print(f"{device}, triton {triton.__version__}")
+    if not args.no_check:
+        results["check"] = attention_gpu.check()
+        print(f"correctness: {sum(r['ok'] for r in results['check'])}/{len(results['check'])} ok")
+    if args.sweep_forward:
+        attention_gpu.sweep_forward_blocks()
+    seqs = [int(n) for n in args.seq.split(",")]
+    dtypes = args.dtypes.split(",")
+
+    def save(rows):  # after every row, so that a run cut short keeps what it measured
+        results["bench"] = rows
+        results["tuned"] = {
+            name: {str(key): str(config) for key, config in kernel.cache.items()}
+            for name, kernel in (("dkdv", kernels.bwd_dkdv_tuned),
+                                 ("dq", kernels.bwd_dq_tuned))
+        }
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1)
+
+    if args.precompile:
+        try:
+            attention_gpu.precompile(dtypes)
+        except Exception as exc:  # then the timed run compiles as it goes
+            print(f"precompiling failed ({type(exc).__name__}: {exc}); compiling serially")
+    rows = attention_gpu.bench(seqs, dtypes, rep=args.rep, on_row=save)
+    attention_gpu.print_tables(rows, device, print_table)
+    for key in ("fwd_ratio", "bwd_ratio"):
+        print(f"geometric mean {key}: {attention_gpu.geometric_mean(r[key] for r in rows):.2f}, "
+              f"min {min(r[key] for r in rows):.2f}")
 
 
 # ---------------------------------------------------------------------------
@@ -200,21 +210,69 @@ def bench_cpu_interpreter(quick: bool) -> None:
     )
 
 
+def reference_grads(q, k, v, dout, causal):
+    """float64 autograd gradients of :func:`reference` (dq, dk, dv)."""
+    q, k, v = (t.double().requires_grad_() for t in (q, k, v))
+    out = reference(q, k, v, causal)
+    return torch.autograd.grad(out, (q, k, v), dout.double())
+
+
+def bench_cpu_interpreter_backward(quick: bool) -> None:
+    """The backward kernel in the interpreter: error against float64, time against PyTorch."""
+    if not (HAS_TRITON and interpreter_active()):
+        return
+    shapes = [(1, 4, 2, 64, 32)] if quick else [(1, 4, 2, 64, 32), (2, 4, 1, 128, 64)]
+    rows = []
+    for B, H, H_kv, N, d in shapes:
+        for causal in (False, True):
+            for dtype in (torch.float32, torch.float16):
+                g = torch.Generator().manual_seed(1)
+                q, dout = (torch.randn(B, H, N, d, generator=g).to(dtype) for _ in range(2))
+                k, v = (torch.randn(B, H_kv, N, d, generator=g).to(dtype) for _ in range(2))
+                out, lse = flash_attention_tuned(q, k, v, causal=causal)
+                want = reference_grads(q, k, v, dout, causal)
+                got = flash_attention_backward_tuned(q, k, v, out, lse, dout, causal)
+                t_interp = best_time(lambda a=(q, k, v, out, lse, dout), c=causal:
+                                     flash_attention_backward_tuned(*a, c))
+                t_torch = best_time(lambda a=(q, k, v, out, lse, dout), c=causal:
+                                    flash_attention_backward(*a, c, 32, 32))
+                err = max((x.double() - w).abs().max().item() for x, w in zip(got, want))
+                rows.append([B, H, H_kv, N, d, causal, str(dtype).replace("torch.", ""),
+                             f"{err:.1e}", f"{t_interp * 1e3:.0f}", f"{t_torch * 1e3:.1f}",
+                             f"{t_interp / t_torch:.1f}"])
+    print_table(
+        "Triton backward in the interpreter (tiles 32x32) vs PyTorch tiled backward: largest "
+        "error of dq, dk, dv against float64 autograd (1 thread, best of 3)",
+        ["B", "H", "H_kv", "N", "d", "causal", "dtype", "max |err|", "interp ms",
+         "torch tiled ms", "interp/torch"],
+        rows,
+    )
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
     parser.add_argument("--cpu", action="store_true", help="run the CPU report even on a GPU")
+    parser.add_argument("--seq", default="1024,2048,4096,8192,16384", help="GPU: sequence lengths")
+    parser.add_argument("--dtypes", default="fp16,bf16", help="GPU: fp16, bf16, fp32")
+    parser.add_argument("--no-check", action="store_true", help="GPU: skip the correctness check")
+    parser.add_argument("--sweep-forward", action="store_true", help="GPU: forward tile sizes")
+    parser.add_argument("--json", help="GPU: write every number to this file")
+    parser.add_argument("--rep", type=int, default=100, help="GPU: milliseconds timed per call")
+    parser.add_argument("--precompile", action="store_true",
+                        help="GPU: compile the kernels in parallel processes first")
     args = parser.parse_args(argv)
     print(f"torch {torch.__version__}, CUDA: {USE_CUDA}, "
           f"triton interpreter: {HAS_TRITON and interpreter_active()}")
     if USE_CUDA:
-        bench_gpu(args.quick)
+        bench_gpu(args)
     else:
         # One thread: the interpreter is single-threaded, and small ops on a busy
         # machine otherwise stall waiting for worker threads.
         torch.set_num_threads(1)
         bench_cpu_memory(args.quick)
         bench_cpu_interpreter(args.quick)
+        bench_cpu_interpreter_backward(args.quick)
 
 
 if __name__ == "__main__":

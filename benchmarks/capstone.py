@@ -1,4 +1,4 @@
-"""Capstone benchmark: classic vs modern recipe, and decoding with vs without a KV cache.
+"""Capstone benchmark: recipes, KV-cache decoding, nanoGPT side by side, attention backends.
 
 1. Training. :func:`toolkit.models.parameter_matched_configs` builds a classic
    (GPT-2) and a modern (LLaMA-style) config of about equal parameter count; both
@@ -13,29 +13,61 @@
    sequence re-run every step). Both must produce the same tokens; reported are
    tokens/s and the ratio cached / uncached (target: >= 5x on CPU).
 
+3. Side by side with nanoGPT (``--tables peer --peer PATH``). ``PATH`` is nanoGPT's
+   ``model.py`` (github.com/karpathy/nanoGPT; fetch it yourself, it is not part of this
+   project). nanoGPT's GPT, our classic recipe with nanoGPT's exact GELU (the same
+   architecture: learned positions, LayerNorm, GELU MLP, MHA, biases, tied embeddings),
+   the classic recipe as GPT-2 has it (tanh GELU) and our modern recipe
+   (parameter-matched) train at 4 layers, 4 heads, d 128, block 128, batch 16 on the
+   same batches with the same optimiser, taking turns (:mod:`capstone_race`). Reported:
+   tokens/s, the ratio to nanoGPT measured in the same windows, and validation loss
+   at equal steps. ``--with-reference`` adds our two recipes on the teaching code
+   (``attention_backend="reference"``), the speed before the fast backends.
+
+4. Attention backends (``--tables backends --device cuda``): the modern recipe, one
+   initialisation, trained with each of ``--backends`` (default ``sdpa,triton``) on the
+   same batches, taking turns: tokens/s, and training seconds until the validation
+   loss first reaches ``--target-loss`` (default: the highest of the models' best
+   losses, which all of them reach). bf16 autocast on a GPU (``--dtype``).
+
 Timings are wall-clock in this process. By default torch uses one thread
 (``--threads 1``), which keeps timings stable on a shared machine; ``--threads 0``
 leaves torch's default.
 
 Usage::
 
-    python benchmarks/capstone.py            # full run (a few minutes on 2 cores)
+    python benchmarks/capstone.py            # recipes and decoding (a few minutes, 2 cores)
     python benchmarks/capstone.py --quick    # smaller model, fewer steps (under a minute)
+    python benchmarks/capstone.py --tables peer --peer /tmp/nanoGPT/model.py --steps 500
+    python benchmarks/capstone.py --tables backends --device cuda --threads 0
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import math
 import platform
 import sys
 import time
+from dataclasses import replace
+from pathlib import Path
 
 import torch
 
-from toolkit.data import load_corpus
-from toolkit.generate import greedy
-from toolkit.models import GPT, count_parameters, parameter_matched_configs
-from toolkit.train import TrainConfig, train
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # capstone_race beside this file
+
+from capstone_race import race  # noqa: E402
+
+from toolkit.data import load_corpus  # noqa: E402
+from toolkit.generate import greedy  # noqa: E402
+from toolkit.models import (  # noqa: E402
+    GPT,
+    GPTConfig,
+    count_parameters,
+    parameter_matched_configs,
+)
+from toolkit.train import TrainConfig, train  # noqa: E402
 
 PROMPT_LEN = 16
 
@@ -63,6 +95,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--corpus", default=None, help="text file (default: stdlib corpus)")
     p.add_argument("--threads", type=int, default=1, help="torch threads; 0 = torch default")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tables", default="recipes,decoding",
+                   help="comma list of: recipes, decoding, peer, backends")
+    p.add_argument("--peer", default=None, help="nanoGPT's model.py, for --tables peer")
+    p.add_argument("--with-reference", action="store_true",
+                   help="peer table: add our recipes on the teaching code")
+    p.add_argument("--backend", default="auto", help="our models' attention_backend (peer)")
+    p.add_argument("--backends", default="sdpa,triton", help="backends table: which to race")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="bf16", help="backends table on a GPU: autocast dtype")
+    p.add_argument("--target-loss", type=float, default=None,
+                   help="backends table: seconds to reach this validation loss")
+    p.add_argument("--window", type=int, default=5, help="steps per turn in a race")
+    p.add_argument("--eval-every", type=int, default=None)
     args = p.parse_args(argv)
     quick = {"steps": 40, "d_model": 64, "n_layers": 2, "block_size": 64}
     full = {"steps": 200, "d_model": 128, "n_layers": 4, "block_size": 128}
@@ -131,6 +176,110 @@ def bench_decoding(args, corpus, models: dict[str, GPT]) -> None:
     )
 
 
+def load_peer(path: str):
+    """nanoGPT's ``model.py`` as a module, from wherever the user keeps it."""
+    spec = importlib.util.spec_from_file_location("peer_model", path)
+    if spec is None or not Path(path).is_file():
+        raise SystemExit(f"--peer {path}: no such file; pass the path of nanoGPT's model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _race_table(title: str, results, models, baseline: str | None, details: dict) -> None:
+    steps = sorted({s for r in results.values() for s in r.val_step})
+    shown = steps if len(steps) <= 4 else [steps[len(steps) // 2 - 1], steps[-1]]
+    rows = []
+    for name, r in results.items():
+        ratio = (r.tokens_per_s / results[baseline].tokens_per_s) if baseline else float("nan")
+        val = {s: loss for s, loss in zip(r.val_step, r.val_loss)}
+        rows.append([name, details[name], f"{count_parameters(models[name]):,}",
+                     f"{r.tokens_per_s:,.0f}", "" if math.isnan(ratio) else f"{ratio:.2f}x",
+                     *(f"{val[s]:.3f}" for s in shown), f"{r.train_loss[-1]:.3f}"])
+    header = ["model", "components", "params", "train tok/s",
+              f"x {baseline}" if baseline else "", *(f"val @{s}" for s in shown), "train loss"]
+    print_table(title, header, rows)
+
+
+def bench_peer(args, corpus) -> None:
+    if not args.peer:
+        raise SystemExit("--tables peer needs --peer PATH (nanoGPT's model.py)")
+    peer = load_peer(args.peer)
+    classic, modern = parameter_matched_configs(
+        vocab_size=corpus.vocab_size, d_model=args.d_model, n_layers=args.n_layers,
+        n_heads=args.n_heads, max_seq_len=args.block_size, attention_backend=args.backend,
+    )
+    torch.manual_seed(args.seed)
+    peer_config = {  # in nanoGPT's own names
+        "block_size": args.block_size, "vocab_size": corpus.vocab_size, "n_layer": args.n_layers,
+        "n_head": args.n_heads, "n_embd": args.d_model, "dropout": 0.0, "bias": True,
+    }
+    models = {"nanoGPT": peer.GPT(peer.GPTConfig(**peer_config))}
+    details = {"nanoGPT": "LN+GELU+MHA+learned pos (its model.py)"}
+    # nanoGPT's MLP uses the exact GELU, GPT-2 (our classic recipe) the tanh approximation,
+    # which costs more on a CPU: "classic" with mlp="gelu" is nanoGPT's architecture.
+    recipes = [("classic", replace(classic, mlp="gelu")), ("classic, tanh GELU", classic),
+               ("modern", modern)]
+    if args.with_reference:
+        recipes += [(f"{n} (reference)", replace(c, attention_backend="reference"))
+                    for n, c in recipes]
+    for name, config in recipes:
+        torch.manual_seed(args.seed)
+        models[name] = GPT(config)
+        gelu = "GELU(tanh)" if config.mlp_type == "gelu_tanh" else "GELU"
+        parts = (f"LN+{gelu}+MHA+learned pos" if config.recipe == "classic" else
+                 f"RMS+SwiGLU({config.ffn_hidden})+GQA({config.kv_heads} kv)+RoPE")
+        details[name] = f"{parts}, {config.attention_backend}"
+    eval_every = args.eval_every or max(1, args.steps // 4)
+    results = race(models, corpus.train, corpus.val, steps=args.steps,
+                   batch_size=args.batch_size, block_size=args.block_size, window=args.window,
+                   eval_every=eval_every, seed=args.seed)
+    _race_table(
+        f"Side by side with nanoGPT's model.py: {args.steps} steps x {args.batch_size} x "
+        f"{args.block_size} tokens, d_model={args.d_model}, n_layers={args.n_layers}, "
+        f"n_heads={args.n_heads}, same batches, AdamW + warm-up/cosine + clip 1.0, "
+        f"turns of {args.window} steps, {torch.get_num_threads()} thread(s)",
+        results, models, "nanoGPT", details)
+
+
+def bench_backends(args, corpus) -> None:
+    device = torch.device(args.device)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[args.dtype]
+    if device.type != "cuda":
+        dtype = None  # autocast to bf16 on a CPU is neither fast nor what students run
+    base = modern_config(args, corpus)
+    torch.manual_seed(args.seed)
+    state = GPT(base).state_dict()
+    models, details = {}, {}
+    for backend in args.backends.split(","):
+        model = GPT(replace(base, attention_backend=backend)).to(device)
+        model.load_state_dict(state)  # one initialisation for every backend
+        models[backend], details[backend] = model, f"modern, {backend}"
+    eval_every = args.eval_every or max(1, args.steps // 10)
+    results = race(models, corpus.train, corpus.val, steps=args.steps,
+                   batch_size=args.batch_size, block_size=args.block_size, window=args.window,
+                   eval_every=eval_every, device=device, autocast_dtype=dtype, seed=args.seed)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "the CPU"
+    _race_table(
+        f"Attention backends on {name}: modern recipe, d_model={args.d_model}, "
+        f"n_layers={args.n_layers}, n_heads={args.n_heads}, {args.steps} steps x "
+        f"{args.batch_size} x {args.block_size} tokens, autocast {dtype}",
+        results, models, args.backends.split(",")[0], details)
+    target = args.target_loss
+    if target is None:  # the highest of the models' best losses: every model reaches it
+        target = max(min(r.val_loss) for r in results.values())
+    rows = [[n, f"{target:.3f}", "not reached" if r.seconds_to(target) is None
+             else f"{r.seconds_to(target):.1f} s"] for n, r in results.items()]
+    print_table("Training time to a validation loss", ["backend", "val loss", "time"], rows)
+
+
+def modern_config(args, corpus) -> GPTConfig:
+    """The modern recipe at the benchmark's size."""
+    return GPTConfig.modern(vocab_size=corpus.vocab_size, d_model=args.d_model,
+                            n_layers=args.n_layers, n_heads=args.n_heads,
+                            max_seq_len=args.block_size)
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.threads > 0:
@@ -139,8 +288,15 @@ def main(argv=None) -> None:
     print(f"python {platform.python_version()}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} thread(s), corpus {args.corpus or 'stdlib'}: "
           f"{len(corpus.train):,} train / {len(corpus.val):,} val tokens (bytes)")
-    models = bench_training(args, corpus)
-    bench_decoding(args, corpus, models)
+    tables = args.tables.split(",")
+    if "recipes" in tables or "decoding" in tables:
+        models = bench_training(args, corpus)
+        if "decoding" in tables:
+            bench_decoding(args, corpus, models)
+    if "peer" in tables:
+        bench_peer(args, corpus)
+    if "backends" in tables:
+        bench_backends(args, corpus)
 
 
 if __name__ == "__main__":

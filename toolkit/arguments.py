@@ -142,6 +142,33 @@ def check_flash_inputs(q: Tensor, k: Tensor, v: Tensor, block_q: int, block_k: i
     return H // H_kv
 
 
+def check_flash_backward_inputs(q: Tensor, out: Tensor, lse: Tensor, dout: Tensor) -> None:
+    """The FlashAttention backward's extra inputs fit the forward's ``q (B, H, N_q, d)``.
+
+    ``out`` and ``dout`` ``(B, H, N_q, d)`` in ``q``'s dtype and on its device (the
+    forward's output and the loss's gradient with respect to it); ``lse`` ``(B, H, N_q)``
+    float32 (or float64 for float64 gradient checks) on ``q``'s device (the forward's
+    natural-log log-sum-exp).
+    """
+    for name, t in (("out", out), ("dout", dout)):
+        if not isinstance(t, Tensor) or t.shape != q.shape:
+            got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+            raise ValueError(f"{name} must have q's shape {tuple(q.shape)}, got {got}")
+        if t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(
+                f"{name} must have q's dtype and device ({q.dtype}, {q.device}), "
+                f"got {t.dtype}, {t.device}"
+            )
+    lse_dtypes = (torch.float32, torch.float64) if q.dtype == torch.float64 else (torch.float32,)
+    if not isinstance(lse, Tensor) or lse.shape != q.shape[:3] or lse.dtype not in lse_dtypes:
+        got = f"{tuple(lse.shape)} {lse.dtype}" if isinstance(lse, Tensor) else type(lse).__name__
+        raise ValueError(
+            f"lse must be the forward's float32 log-sum-exp, shape {tuple(q.shape[:3])}; got {got}"
+        )
+    if lse.device != q.device:
+        raise ValueError(f"lse must be on q's device {q.device}, got {lse.device}")
+
+
 def check_bool_mask(name: str, mask: Tensor | None) -> None:
     """``None`` or a ``bool`` mask (``True`` = may attend), never 1/0 numbers."""
     if mask is not None and mask.dtype != torch.bool:

@@ -27,6 +27,7 @@
 # | 1 | `online_softmax`: the softmax in one streaming pass over blocks | 2 |
 # | 2 | `flash_attention_forward`: tiled attention in PyTorch, returning `(out, lse)` | 4 |
 # | 3 | `flash_attention_kernel` + `flash_attention_triton`: the same as a Triton kernel, with causal masking and GQA | 5 |
+# | 4 | `flash_attention_backward_kernel` + `flash_attention_backward_triton`: the backward pass in Triton, gradients summed over each GQA group | 4 |
 #
 # **How this notebook is graded.** Fill in each region marked `YOUR CODE HERE`; the test
 # cells run quick checks, the grader its own hidden ones. While they run, PyTorch's
@@ -60,9 +61,10 @@ try:
 except ImportError:  # Triton ships for Linux only: parts 1 and 2 still work without it
     from toolkit.kernels.runtime import tl, triton  # stand-ins: define kernels, never run
 
-# Given helpers: input checks, the causal mask of one tile, and the launch checks of part 3.
+# Given helpers: input checks, the causal mask of one tile, the launch checks of parts 3 and 4.
 from toolkit.arguments import check_flash_inputs
 from toolkit.flash import NEG_INF, PeakMemoryCounter, causal_tile_mask
+from toolkit.kernels.flash_backward_teaching import check_backward_launch
 from toolkit.kernels.flash_teaching import check_kernel_launch
 from toolkit.kernels.runtime import LOG2E
 from toolkit.notebook import friendly_errors
@@ -590,6 +592,263 @@ if DEVICE == "cuda":
         print(f"{name:>10}: {ms:.3f} ms, {4 * 4 * 16 * 2048**2 * 64 / 2 / ms / 1e9:.1f} TFLOP/s")
 
 # %% [markdown]
+# ## 4. The backward pass, as a Triton kernel
+#
+# Training needs gradients. Autograd through plain attention would keep the $N \times N$
+# probabilities of every head until the backward pass, which is exactly the memory
+# FlashAttention set out to save. FlashAttention's backward (FA2, arXiv 2307.08691,
+# Algorithm 2) keeps nothing of size $N^2$ either: it **recomputes** each tile of
+# probabilities from the log-sum-exp $L$ saved by the forward,
+#
+# $$ P_{ij} = e^{S_{ij} - L_i}, \qquad S = Q K^\top \cdot \text{scale}, $$
+#
+# which is exact: $e^{S_{ij} - L_i} = e^{S_{ij}} / \sum_l e^{S_{il}}$. With
+# $dO = \partial \text{loss} / \partial O$ given, the chain rule through $O = P V$ and the
+# softmax gives, tile by tile:
+#
+# $$ dV = P^\top dO, \qquad dP = dO\, V^\top, \qquad dS = P \circ (dP - D), \qquad
+#    dQ = dS\, K \cdot \text{scale}, \qquad dK = dS^\top Q \cdot \text{scale}. $$
+#
+# **Where $D$ comes from.** The softmax's Jacobian gives
+# $dS_{ij} = P_{ij}\,(dP_{ij} - \sum_l P_{il}\, dP_{il})$. The sum runs over a whole row
+# of keys, which no single tile holds, but it simplifies:
+# $\sum_l P_{il}\, dP_{il} = \sum_l P_{il}\, (dO_i \cdot v_l) = dO_i \cdot O_i$. So
+# $D_i = \mathrm{rowsum}(dO \circ O)_i$, one dot product per query, computed once before
+# the kernel. Leaving $D$ out is a silent bug: $dV$ stays right, $dQ$ and $dK$ do not.
+#
+# **Who computes what.** One program owns a tile of `BLOCK_N` keys of one (batch, KV
+# head): it loads $K_j$ and $V_j$ once and walks over every query tile that can see them,
+# accumulating $dK_j$ and $dV_j$ in registers (float32). No other program touches those
+# rows, so they are written once, at the end. $dQ_i$, on the other hand, collects a share
+# from *every* key tile; each program adds its share with `tl.atomic_add` into a float32
+# buffer that the wrapper zeroes (FA2 does the same; the toolkit's tuned kernel runs a
+# second kernel for $dQ$ instead).
+#
+# **GQA: sum over the group.** KV head `kv_h` serves the query heads
+# `kv_h * g, ..., kv_h * g + g - 1` (`g = H // H_kv`). Its gradient is the **sum** of
+# what each of them sends back, so the program loops over those `g` heads *inside*, with
+# one pair of accumulators for all of them. (Restarting the accumulators for each head,
+# or writing one head's result over another's, keeps a single head's share.)
+#
+# **Causal, bottom-right.** The recomputed $P$ must be masked exactly as in the forward:
+# key `j` is visible to query `i` iff `j <= i + shift`, `shift = N_K - N_Q`. The saved
+# $L$ only normalises the visible keys, so an unmasked $P$ sends gradient to the future.
+# Queries before `n0 - shift` (`n0` the tile's first key) see none of the tile's keys:
+# start the loop over queries at `max(0, n0 - shift)`.
+#
+# ```
+# program (key tile j, batch b, KV head kv_h):
+#     load K_j, V_j;  dK = dV = 0
+#     for each query head h of the group, for each query tile i (from the first that sees j):
+#         load Q_i, dO_i, L_i, D_i
+#         S = Q_i K_j^T scale;   P = exp(S - L_i), 0 where masked
+#         dV += P^T dO_i;   dP = dO_i V_j^T;   dS = P * (dP - D_i)
+#         dK += dS^T Q_i;   atomic_add(dQ_i, dS K_j scale)
+#     store dK_j * scale, dV_j
+# ```
+#
+# Mind the cases of part 3: rows past `N_Q` and keys past `N_K` must contribute nothing
+# (mask `P` there), and `tl.trans(x)` transposes a tile for `tl.dot`. Cast `p` and `ds`
+# to the input dtype before their `tl.dot` (`p.to(do.dtype)`), as in the forward.
+#
+# ### Exercise 4a: the backward kernel
+
+# %% nbgrader={"grade": false, "grade_id": "flash_attention_backward_kernel", "locked": false, "schema_version": 3, "solution": true}
+@triton.jit
+def flash_attention_backward_kernel(
+    Q, K, V, DO, LSE, DELTA, DQ, DK, DV,  # contiguous; shapes in flash_attention_backward_triton
+    n_heads, n_kv_heads, N_Q, N_K,
+    scale,  # the softmax scale, 1 / sqrt(d) by default
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,  # d, a power of two >= 16
+    DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    """One program: ``BLOCK_N`` keys of one (batch, KV head).
+
+    Writes ``DK``, ``DV`` for those keys (summed over the query heads of the group) and
+    adds this tile's share of ``dS K scale`` to the float32 ``DQ`` with ``tl.atomic_add``.
+    """
+    pid_n = tl.program_id(0)  # which tile of keys
+    pid_bkv = tl.program_id(1)  # which (batch, KV head)
+    b = pid_bkv // n_kv_heads
+    kv_h = pid_bkv % n_kv_heads
+    ### BEGIN SOLUTION
+    group = n_heads // n_kv_heads  # query heads kv_h * group + r, r < group, read this KV head
+
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # key rows of this tile
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    key_ok = offs_n < N_K  # the last tile may stick out of the sequence
+    kv_rows = (b * n_kv_heads + kv_h) * N_K + offs_n  # row index in (B * H_kv * N_K, D)
+    kv_ptrs = kv_rows[:, None] * HEAD_DIM + offs_d[None, :]  # (BLOCK_N, HEAD_DIM)
+    k = tl.load(K + kv_ptrs, mask=key_ok[:, None], other=0.0)  # stays on chip all along
+    v = tl.load(V + kv_ptrs, mask=key_ok[:, None], other=0.0)
+
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)  # dK, dV: summed over the group
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    shift = N_K - N_Q  # query i sees keys j <= i + shift
+    first_row = 0
+    if CAUSAL:
+        first_row = tl.maximum(0, pid_n * BLOCK_N - shift)  # earlier queries see none of these keys
+
+    for r in range(0, group):
+        h = kv_h * group + r  # GQA: the query heads of KV head kv_h are consecutive
+        for start_m in range(first_row, N_Q, BLOCK_M):
+            rows = start_m + offs_m  # query indices of this tile
+            row_ok = rows < N_Q
+            q_rows = (b * n_heads + h) * N_Q + rows  # row index in (B * H * N_Q, D)
+            q_ptrs = q_rows[:, None] * HEAD_DIM + offs_d[None, :]  # (BLOCK_M, HEAD_DIM)
+            q = tl.load(Q + q_ptrs, mask=row_ok[:, None], other=0.0)
+            do = tl.load(DO + q_ptrs, mask=row_ok[:, None], other=0.0)
+            lse = tl.load(LSE + q_rows, mask=row_ok, other=0.0)
+            delta = tl.load(DELTA + q_rows, mask=row_ok, other=0.0)
+
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale  # S = Q K^T scale
+            visible = row_ok[:, None] & key_ok[None, :]
+            if CAUSAL:
+                visible = visible & (offs_n[None, :] <= rows[:, None] + shift)  # j <= i + shift
+            p = tl.where(visible, tl.exp(s - lse[:, None]), 0.0)  # P = exp(S - L), recomputed
+
+            dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=DOT_PRECISION)  # P^T dO
+            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)  # dP = dO V^T
+            ds = p * (dp - delta[:, None])  # dS = P * (dP - D)
+            dk += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=DOT_PRECISION)  # dK += dS^T Q
+            dq = tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION) * scale  # dS K scale
+            tl.atomic_add(DQ + q_ptrs, dq, mask=row_ok[:, None])  # other key tiles add theirs
+
+    tl.store(DK + kv_ptrs, (dk * scale).to(DK.dtype.element_ty), mask=key_ok[:, None])  # dK scale
+    tl.store(DV + kv_ptrs, dv.to(DV.dtype.element_ty), mask=key_ok[:, None])
+    ### END SOLUTION
+
+
+# %% [markdown]
+# ### Exercise 4b: the launch
+#
+# `check_backward_launch` (given) checks every argument as in part 3, plus `out`, `dout`
+# (like `q`) and `lse` (`(B, H, N_q)` float32). Then: make `q, k, v, dout` contiguous;
+# compute $D$ = `(dout.float() * out.float()).sum(-1)`; allocate `dq` as float32 **zeros**
+# (the kernel adds into it) and `dk`, `dv` like `k`, `v`; launch one program per
+# (key tile, batch x KV head), grid `(triton.cdiv(N_k, block_n), B * H_kv)`; return
+# `dq` cast to `q`'s dtype, `dk`, `dv`. `DOT_PRECISION` as in part 3.
+
+# %% nbgrader={"grade": false, "grade_id": "flash_attention_backward_triton", "locked": false, "schema_version": 3, "solution": true}
+def flash_attention_backward_triton(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    dout: Tensor,
+    causal: bool = False,
+    block_m: int = 32,
+    block_n: int = 32,
+    *,
+    scale: float | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """FlashAttention backward with ``flash_attention_backward_kernel``.
+
+    Args:
+        q: ``(B, H, N_q, d)``; k, v: ``(B, H_kv, N_k, d)``: the forward's inputs.
+        out: ``(B, H, N_q, d)``, lse: ``(B, H, N_q)`` float32: the forward's outputs.
+        dout: ``(B, H, N_q, d)``, the gradient of the loss with respect to ``out``.
+        causal: bottom-right aligned causal mask, as in the forward.
+        block_m, block_n: query / key tile sizes (powers of two >= 16).
+        scale: default ``1 / sqrt(d)``.
+
+    Returns:
+        ``dq (B, H, N_q, d)``, ``dk``, ``dv (B, H_kv, N_k, d)`` in the input dtype; ``dk``
+        and ``dv`` summed over the query heads that share a KV head.
+    """
+    kernel = flash_attention_backward_kernel
+    check_backward_launch(kernel, q, k, v, out, lse, dout, block_m, block_n)
+    ### BEGIN SOLUTION
+    q, k, v, dout = q.contiguous(), k.contiguous(), v.contiguous(), dout.contiguous()
+    B, H, N_q, d = q.shape
+    H_kv, N_k = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    delta = (dout.float() * out.float()).sum(-1)  # D_i = rowsum(dO * O)_i: (B, H, N_q) float32
+    dq = torch.zeros(B, H, N_q, d, dtype=torch.float32, device=q.device)  # atomic adds land here
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    grid = (triton.cdiv(N_k, block_n), B * H_kv)  # one program per (key tile, batch x KV head)
+    flash_attention_backward_kernel[grid](
+        q, k, v, dout, lse.contiguous(), delta, dq, dk, dv,
+        H, H_kv, N_q, N_k,
+        scale,
+        CAUSAL=bool(causal),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        HEAD_DIM=d,
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+    )  # fmt: skip
+    return dq.to(q.dtype), dk, dv
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_triton_backward", "locked": true, "points": 4, "schema_version": 3, "solution": false}
+def dense_gradients(q, k, v, dout, causal=False, scale=None):
+    """Autograd through the dense float64 attention of part 2: (dq, dk, dv)."""
+    q, k, v = (t.detach().cpu().double().requires_grad_() for t in (q, k, v))
+    out, _ = dense_attention(q, k, v, causal, scale)
+    return torch.autograd.grad(out, (q, k, v), dout.cpu().double())
+
+
+# (B, H, H_kv, N_q, N_k, causal): MHA, GQA with ragged tiles, MQA, queries after cached keys
+for B, H, H_kv, N_q, N_k, causal in ((1, 2, 2, 16, 16, False), (2, 4, 2, 20, 20, True),
+                                     (1, 4, 1, 16, 16, True), (1, 2, 2, 16, 40, True)):
+    q, k, v = _randn(B, H, N_q, 16), _randn(B, H_kv, N_k, 16), _randn(B, H_kv, N_k, 16)
+    dout = _randn(B, H, N_q, 16)
+    out, lse = (t.float().to(DEVICE) for t in dense_attention(q.cpu(), k.cpu(), v.cpu(), causal))
+    grads = flash_attention_backward_triton(q, k, v, out, lse, dout, causal, 16, 16)
+    label = f"B={B}, H={H}, H_kv={H_kv}, N_q={N_q}, N_k={N_k}, causal={causal}"
+    for name, got, want, x in zip(("dq", "dk", "dv"), grads, dense_gradients(q, k, v, dout, causal),
+                                  (q, k, v)):
+        assert got.shape == x.shape and got.dtype == x.dtype, (
+            f"{label}: {name} should be like its input {tuple(x.shape)} {x.dtype}, got "
+            f"{tuple(got.shape)} {got.dtype}")
+        assert torch.allclose(got.cpu().double(), want, atol=1e-4), (
+            f"{label}: {name} differs from autograd by {(got.cpu().double() - want).abs().max():.2e}. "
+            "Check D = rowsum(dO * O) in dS = P * (dP - D), the causal mask on the recomputed P, "
+            "and that dK, dV add up every query head of the group")
+print("✓ flash_attention_backward_triton passes the visible checks")
+
+# %% [markdown]
+# Forward and backward together make a differentiable attention: a
+# `torch.autograd.Function` saves `q, k, v, out, lse` in the forward (never $P$) and
+# calls your backward kernel with the incoming gradient. (The toolkit's version, on its
+# tuned kernels, is `toolkit.kernels.triton_attention`.) Its gradients agree with
+# PyTorch's own attention, including grouped-query attention:
+
+# %% tags=["skip-grading"]
+import torch.nn.functional as F
+
+
+class TritonAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal):
+        out, lse = flash_attention_triton(q, k, v, causal, 16, 16)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal = causal
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        return (*flash_attention_backward_triton(q, k, v, out, lse, dout, ctx.causal, 16, 16), None)
+
+
+q = _randn(1, 4, 24, 16).requires_grad_()
+k, v = _randn(1, 2, 24, 16).requires_grad_(), _randn(1, 2, 24, 16).requires_grad_()
+TritonAttention.apply(q, k, v, True).pow(2).sum().backward()
+mine = [t.grad.clone() for t in (q, k, v)]
+for t in (q, k, v):
+    t.grad = None
+F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).pow(2).sum().backward()
+for name, a, t in zip(("dq", "dk", "dv"), mine, (q, k, v)):
+    print(f"{name}: largest difference from PyTorch {(a - t.grad).abs().max():.1e}")
+
+# %% [markdown]
 # ## Summary
 #
 # * The online softmax keeps a running max $m$ and sum $\ell$, rescaling $\ell$ by
@@ -599,7 +858,9 @@ if DEVICE == "cuda":
 #   and the result is exact, not an approximation. The forward costs $4BHN^2d$ FLOPs,
 #   half with a causal mask, whose future tiles are skipped.
 # * The saved logsumexp $L = m + \log \ell$ lets the backward pass recompute
-#   $P = e^{S - L}$ tile by tile (`toolkit.flash.flash_attention_backward`).
+#   $P = e^{S - L}$ tile by tile; with $D = \mathrm{rowsum}(dO \circ O)$ the softmax's
+#   Jacobian costs one dot product per row. A program per key tile accumulates $dK$, $dV$
+#   (summed over the GQA group) and adds its share of $dQ$ atomically.
 # * GQA costs nothing extra: a query head reads KV head $h \,/\!/\, g$, by reshaping the
 #   queries (PyTorch) or by computing the KV head's base pointer (Triton).
 # * In Triton a program owns one query tile of one head; pointers are arithmetic on

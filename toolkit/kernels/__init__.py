@@ -7,7 +7,15 @@
 * :mod:`toolkit.kernels.flash_teaching`: :func:`flash_attention_triton` and its kernel
   :func:`flash_attention_kernel`, the version Assignment 04 asks students to write: the
   same algorithm for contiguous inputs and a power-of-two head size, every argument
-  check in :func:`check_kernel_launch`.
+  check in :func:`check_kernel_launch`;
+* :mod:`toolkit.kernels.flash_backward_tuned`: :func:`flash_attention_backward_tuned`,
+  the FlashAttention-2 backward (strided, autotuned on a GPU), launching the kernels of
+  :mod:`toolkit.kernels.flash_backward_kernels`;
+* :mod:`toolkit.kernels.flash_backward_teaching`: the student-sized backward of
+  Assignment 04, :func:`flash_attention_backward_triton` with its kernel and
+  :func:`check_backward_launch`;
+* :mod:`toolkit.kernels.flash_autograd`: forward and backward as one autograd
+  Function, :func:`triton_attention` (differentiable, causal, GQA).
 
 Without a GPU the kernels run in Triton's interpreter, which must be switched on
 before ``triton`` is first imported, by anything: Triton decides between interpreter
@@ -24,6 +32,13 @@ fp16 on small shapes, slow on big ones, and wrong (silently) for bf16 ``tl.dot``
 which the wrapper therefore refuses.
 """
 
+from toolkit.kernels.flash_autograd import TritonFlashAttention, triton_attention
+from toolkit.kernels.flash_backward_teaching import (
+    check_backward_launch,
+    flash_attention_backward_kernel,
+    flash_attention_backward_triton,
+)
+from toolkit.kernels.flash_backward_tuned import flash_attention_backward_tuned
 from toolkit.kernels.flash_teaching import (
     check_kernel_launch,
     flash_attention_kernel,
@@ -34,9 +49,15 @@ from toolkit.kernels.runtime import HAS_TRITON
 
 __all__ = [
     "HAS_TRITON",
+    "TritonFlashAttention",
+    "check_backward_launch",
     "check_kernel_launch",
+    "flash_attention_backward_kernel",
+    "flash_attention_backward_triton",
+    "flash_attention_backward_tuned",
     "flash_attention_kernel",
     "flash_attention_triton",
     "flash_attention_tuned",
     "interpreter_active",
+    "triton_attention",
 ]

@@ -33,7 +33,11 @@ Read in this order:
 * :mod:`toolkit.models.attention`: :class:`CausalSelfAttention` (RoPE, GQA, the cache);
 * :mod:`toolkit.models.gpt`: :class:`Block` and :class:`GPT` (weight tying, init);
 * :mod:`toolkit.models.parameters`: :func:`count_parameters` and
-  :func:`parameter_matched_configs`.
+  :func:`parameter_matched_configs`;
+* then, for speed (``GPTConfig.attention_backend``, the same function computed faster):
+  :mod:`toolkit.models.backends` (the teaching attention, PyTorch's SDPA or the course's
+  Triton kernels), :mod:`toolkit.models.fused` (norms and activations on fused kernels)
+  and :mod:`toolkit.models.fast_attention` (:class:`FastCausalSelfAttention`).
 
 Shapes: ``idx`` ``(B, T)`` token ids; logits ``(B, T, vocab_size)``; attention
 tensors ``(B, heads, T, d_head)``. Every public name is importable from this
@@ -41,18 +45,24 @@ package: ``from toolkit.models import GPT, GPTConfig``.
 """
 
 from toolkit.models.attention import CausalSelfAttention
+from toolkit.models.backends import ATTENTION_BACKENDS, causal_attention, resolve_backend
 from toolkit.models.config import RECIPES, GPTConfig
+from toolkit.models.fast_attention import FastCausalSelfAttention
 from toolkit.models.gpt import GPT, Block
 from toolkit.models.kv_cache import StaticKVCache
 from toolkit.models.parameters import count_parameters, parameter_matched_configs
 
 __all__ = [
+    "ATTENTION_BACKENDS",
     "GPT",
     "RECIPES",
     "Block",
     "CausalSelfAttention",
+    "FastCausalSelfAttention",
     "GPTConfig",
     "StaticKVCache",
+    "causal_attention",
     "count_parameters",
     "parameter_matched_configs",
+    "resolve_backend",
 ]

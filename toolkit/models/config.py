@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from toolkit.ffn import swiglu_hidden_dim
+from toolkit.models.backends import ATTENTION_BACKENDS
 
 #: What each recipe chooses for the components that may be overridden one by one.
 RECIPES: dict[str, dict[str, object]] = {
@@ -17,6 +18,7 @@ _CHOICES = {
     "mlp": ("gelu", "gelu_tanh", "relu", "swiglu"),
     "norm_placement": ("pre", "post"),
     "rope_layout": ("half", "interleaved"),
+    "attention_backend": ATTENTION_BACKENDS,
 }
 
 
@@ -50,6 +52,15 @@ class GPTConfig:
             (``position="none"`` is NoPE: no explicit encoding; causal masking
             still lets a decoder infer order).
         norm_placement: ``"pre"`` (default, with a final norm) or ``"post"``.
+        attention_backend: how the model computes (not what): ``"reference"`` runs the
+            teaching code students write (explicit mask, K/V copied per query head,
+            hand-written norms and GELU); ``"sdpa"`` PyTorch's fused attention with its
+            native GQA; ``"triton"`` the course's FlashAttention kernels, forward and
+            backward; ``"auto"`` (default) the fastest correct one for the device
+            (:func:`toolkit.models.backends.resolve_backend`: ``"sdpa"``, as measured).
+            Every backend but ``"reference"`` also uses fused norms and activations
+            (:mod:`toolkit.models.fused`). Same parameters and, to float rounding,
+            same outputs and gradients whichever is chosen.
     """
 
     vocab_size: int = 256
@@ -72,6 +83,7 @@ class GPTConfig:
     mlp: str | None = None
     bias: bool | None = None
     norm_placement: str = "pre"
+    attention_backend: str = "auto"
 
     def __post_init__(self):
         if self.recipe not in RECIPES:
@@ -101,7 +113,7 @@ class GPTConfig:
             value = getattr(self, name)
             if value is not None and value not in _CHOICES[name]:
                 raise ValueError(f"{name} must be one of {_CHOICES[name]} or None, got {value!r}")
-        for name in ("norm_placement", "rope_layout"):
+        for name in ("norm_placement", "rope_layout", "attention_backend"):
             if getattr(self, name) not in _CHOICES[name]:
                 raise ValueError(
                     f"{name} must be one of {_CHOICES[name]}, got {getattr(self, name)!r}"
@@ -151,6 +163,11 @@ class GPTConfig:
     @property
     def kv_heads(self) -> int:
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def fused(self) -> bool:
+        """Fused kernels (every ``attention_backend`` but ``"reference"``)."""
+        return self.attention_backend != "reference"
 
     @property
     def d_head(self) -> int:

@@ -20,14 +20,26 @@ from torch import Tensor, nn
 from toolkit.ffn import FeedForward, SwiGLU
 from toolkit.models.attention import CausalSelfAttention
 from toolkit.models.config import GPTConfig
+from toolkit.models.fast_attention import FastCausalSelfAttention
+from toolkit.models.fused import FusedFeedForward, FusedLayerNorm, FusedRMSNorm
 from toolkit.models.kv_cache import StaticKVCache
 from toolkit.norm import LayerNorm, RMSNorm
 
 
 def _make_norm(config: GPTConfig) -> nn.Module:
+    """The teaching norm for ``attention_backend="reference"``, its fused twin otherwise."""
     if config.norm_type == "layernorm":
-        return LayerNorm(config.d_model, eps=config.norm_eps, bias=config.use_bias)
-    return RMSNorm(config.d_model, eps=config.norm_eps)
+        layer_norm = FusedLayerNorm if config.fused else LayerNorm
+        return layer_norm(config.d_model, eps=config.norm_eps, bias=config.use_bias)
+    return (FusedRMSNorm if config.fused else RMSNorm)(config.d_model, eps=config.norm_eps)
+
+
+def _make_mlp(config: GPTConfig) -> nn.Module:
+    d, hidden, bias = config.d_model, config.ffn_hidden, config.use_bias
+    if config.mlp_type == "swiglu":  # gated by F.silu in either case
+        return SwiGLU(d, hidden, bias=bias)
+    feed_forward = FusedFeedForward if config.fused else FeedForward
+    return feed_forward(d, hidden, activation=config.mlp_type, bias=bias)
 
 
 class Block(nn.Module):
@@ -35,21 +47,19 @@ class Block(nn.Module):
 
     Pre-norm: ``x = x + Attn(ln_1(x)); x = x + MLP(ln_2(x))``.
     Post-norm: ``x = ln_1(x + Attn(x)); x = ln_2(x + MLP(x))``.
-    Module names follow GPT-2 (``ln_1``, ``attn``, ``ln_2``, ``mlp``).
+    Module names follow GPT-2 (``ln_1``, ``attn``, ``ln_2``, ``mlp``). With
+    ``config.attention_backend="reference"`` every layer is the teaching one; otherwise
+    the same layers with fused kernels (same parameters, same function).
     """
 
     def __init__(self, config: GPTConfig, layer_idx: int):
         super().__init__()
         self.pre_norm = config.norm_placement == "pre"
         self.ln_1 = _make_norm(config)
-        self.attn = CausalSelfAttention(config, layer_idx)
+        attention = FastCausalSelfAttention if config.fused else CausalSelfAttention
+        self.attn = attention(config, layer_idx)
         self.ln_2 = _make_norm(config)
-        if config.mlp_type == "swiglu":
-            self.mlp: nn.Module = SwiGLU(config.d_model, config.ffn_hidden, bias=config.use_bias)
-        else:
-            self.mlp = FeedForward(
-                config.d_model, config.ffn_hidden, activation=config.mlp_type, bias=config.use_bias
-            )
+        self.mlp = _make_mlp(config)
         self.drop = nn.Dropout(config.dropout)
 
     def forward(

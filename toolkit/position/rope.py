@@ -170,7 +170,7 @@ def apply_rope(
         )
     if inv_freq is None:
         angle_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        inv_freq = rope_inv_freq(d_head, base, dtype=angle_dtype)
+        inv_freq = rope_inv_freq(d_head, base, dtype=angle_dtype).to(x.device)
     if inv_freq.shape != (d_head // 2,):
         raise ValueError(
             f"inv_freq must have shape (d_head / 2,) = ({d_head // 2},), "

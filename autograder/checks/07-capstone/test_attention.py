@@ -62,7 +62,10 @@ def _randn(*shape, seed: int, scale: float = 1.0) -> torch.Tensor:
 
 
 def _config(recipe="modern", **kw) -> GPTConfig:
-    base = dict(vocab_size=64, d_model=32, n_layers=1, n_heads=4, max_seq_len=32)
+    # The toolkit's teaching path is the oracle (the fast backends compute the same
+    # function with other operations; the student writes the teaching one).
+    base = dict(vocab_size=64, d_model=32, n_layers=1, n_heads=4, max_seq_len=32,
+                attention_backend="reference")
     base.update(kw)
     return GPTConfig.modern(**base) if recipe == "modern" else GPTConfig.classic(**base)
 

@@ -25,7 +25,7 @@ ROPE = "RoPE applied at position 0 for every new token"
 CACHE = "Cached decoding re-runs the whole sequence"
 
 CONFIG = GPTConfig.modern(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_seq_len=40,
-                          init_std=0.3)
+                          init_std=0.3, attention_backend="reference")  # the teaching path
 
 # Runs in the student's kernel: their GPT with our weights, their generate.
 RUN = """

@@ -49,7 +49,9 @@ result = (result, int(_cache.length))
 
 
 def _config(recipe="modern", **kw) -> GPTConfig:
-    base = dict(vocab_size=96, d_model=32, n_layers=2, n_heads=4, max_seq_len=24, init_std=0.1)
+    # The toolkit's teaching path is the oracle (see test_attention._config).
+    base = dict(vocab_size=96, d_model=32, n_layers=2, n_heads=4, max_seq_len=24, init_std=0.1,
+                attention_backend="reference")
     base.update(kw)
     return GPTConfig.modern(**base) if recipe == "modern" else GPTConfig.classic(**base)
 

@@ -1,0 +1,164 @@
+"""The capstone GPT's attention backends compute one function (Triton in the interpreter).
+
+``reference``, ``sdpa`` and ``triton`` models with the same weights give the same logits,
+loss and parameter gradients to float32 rounding, for both recipes (GQA, RoPE in both
+layouts, biases); KV-cache decoding equals the full pass with each; ``auto`` never
+picks the interpreter. Set-up as ``test_triton_kernel.py``: TRITON_INTERPRET is set
+above every import, and a fresh process runs the Triton cases when triton was imported
+too early in this one. Shapes stay tiny (T <= 12, d_head 8) for the interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first `import triton`
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from dataclasses import replace  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from toolkit.kernels import HAS_TRITON, interpreter_active  # noqa: E402
+from toolkit.models import GPT, GPTConfig  # noqa: E402
+from toolkit.models.attention import CausalSelfAttention  # noqa: E402
+from toolkit.models.backends import causal_attention, resolve_backend  # noqa: E402
+from toolkit.models.fast_attention import FastCausalSelfAttention  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPILED = HAS_TRITON and torch.cuda.is_available() and not interpreter_active()
+TRITON_RUNS = HAS_TRITON and (interpreter_active() or COMPILED)
+DEVICE = "cuda" if COMPILED else "cpu"
+_CHILD = "TOOLKIT_MODEL_BACKENDS_TEST_CHILD"
+BACKENDS = ["sdpa", "triton"] if TRITON_RUNS else ["sdpa"]
+
+CONFIGS = {
+    "modern-gqa": GPTConfig.modern(vocab_size=40, d_model=32, n_layers=2, n_heads=4,
+                                   n_kv_heads=2, max_seq_len=16),
+    "modern-interleaved-bias": GPTConfig.modern(vocab_size=40, d_model=32, n_layers=1,
+                                                n_heads=4, n_kv_heads=1, max_seq_len=16,
+                                                rope_layout="interleaved", bias=True),
+    "classic": GPTConfig.classic(vocab_size=40, d_model=32, n_layers=2, n_heads=4,
+                                 max_seq_len=16),
+}
+
+
+@pytest.mark.skipif(TRITON_RUNS or not HAS_TRITON or bool(os.environ.get(_CHILD)),
+                    reason="the Triton cases ran in-process (or there is no Triton)")
+def test_triton_cases_in_a_fresh_process():
+    env = {**os.environ, "TRITON_INTERPRET": "1", _CHILD: "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", str(Path(__file__).resolve()), "-q", "-k", "triton",
+         "-p", "no:cacheprovider"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout
+
+
+def twin(config: GPTConfig, backend: str, seed: int = 0) -> GPT:
+    """A model on ``backend`` with weights that make every path matter (no unit gains)."""
+    torch.manual_seed(seed)
+    model = GPT(replace(config, attention_backend=backend)).to(DEVICE)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g).to(DEVICE))
+    return model
+
+
+def tokens(B: int, T: int, seed: int = 2) -> torch.Tensor:
+    return torch.randint(0, 40, (B, T), generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+
+
+def logits_loss_grads(model: GPT, idx, targets):
+    model.zero_grad()
+    logits, loss = model(idx, targets)
+    loss.backward()
+    return logits.detach(), loss.detach(), {n: p.grad for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_backend_matches_reference(name, backend):
+    config = CONFIGS[name]
+    ref, fast = twin(config, "reference"), twin(config, backend)
+    assert fast.state_dict().keys() == ref.state_dict().keys()
+    for key, value in ref.state_dict().items():  # same seed, same initialisation
+        assert torch.equal(fast.state_dict()[key], value), key
+    idx, targets = tokens(2, 12), tokens(2, 12, seed=3)
+    want, got = logits_loss_grads(ref, idx, targets), logits_loss_grads(fast, idx, targets)
+    torch.testing.assert_close(got[0], want[0], atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(got[1], want[1], atol=2e-6, rtol=2e-6)
+    for param in want[2]:
+        torch.testing.assert_close(got[2][param], want[2][param], atol=2e-5, rtol=1e-4,
+                                   msg=f"gradient of {param}")
+
+
+@pytest.mark.parametrize("backend", ["reference", *BACKENDS])
+@pytest.mark.parametrize("name", ["modern-gqa", "classic"])
+def test_kv_cache_decoding_equals_the_full_pass(name, backend):
+    """A 5-token prefill, a 3-token chunk after it (queries see the cached prefix), then
+    one token per step: the logits of the full pass, with every backend."""
+    model = twin(CONFIGS[name], backend).eval()
+    idx = tokens(2, 12)
+    with torch.no_grad():
+        full, _ = model(idx)
+        cache = model.new_cache()
+        parts = [model(idx[:, :5], cache=cache)[0], model(idx[:, 5:8], cache=cache, start_pos=5)[0]]
+        parts += [model(idx[:, t:t + 1], cache=cache, start_pos=t)[0] for t in range(8, 12)]
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=2e-5, rtol=2e-5)
+    assert cache.length == 12
+
+
+def test_fast_layer_keeps_the_reference_parameters():
+    config = CONFIGS["modern-gqa"]
+    assert issubclass(FastCausalSelfAttention, CausalSelfAttention)
+    ref_blocks = GPT(replace(config, attention_backend="reference")).blocks
+    fast_blocks = GPT(replace(config, attention_backend="sdpa")).blocks
+    assert type(ref_blocks[0].attn) is CausalSelfAttention
+    assert type(fast_blocks[0].attn) is FastCausalSelfAttention
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_attention_alignment_is_bottom_right(backend):
+    """Four queries after eight cached keys: query i sees keys j <= 4 + i, as the reference."""
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(1, 4, 4, 16, generator=g).to(DEVICE)
+    k, v = (torch.randn(1, 2, 8, 16, generator=g).to(DEVICE) for _ in range(2))
+    torch.testing.assert_close(causal_attention(q, k, v, backend),
+                               causal_attention(q, k, v, "reference"), atol=1e-5, rtol=1e-5)
+
+
+def test_auto_picks_the_measured_fastest_backend():
+    # The interpreter is correct but slow; on an H100 sdpa trained the capstone faster.
+    for device, dtype in (("cpu", torch.float32), ("cuda", torch.bfloat16)):
+        assert resolve_backend("auto", torch.device(device), dtype) == "sdpa"
+    for name in ("reference", "sdpa", "triton"):
+        assert resolve_backend(name, torch.device("cpu"), torch.float32) == name
+    assert GPTConfig().attention_backend == "auto"
+
+
+def test_bad_backend_names_the_field():
+    with pytest.raises(ValueError, match="attention_backend"):
+        GPTConfig.modern(attention_backend="flash")
+    with pytest.raises(ValueError, match="attention_backend"):
+        resolve_backend("fast", torch.device("cpu"), torch.float32)
+
+
+@pytest.mark.skipif(not TRITON_RUNS, reason="needs Triton (interpreter or GPU)")
+def test_triton_backend_refuses_float64_with_a_hint():
+    model = twin(CONFIGS["classic"], "triton").double()
+    with pytest.raises(ValueError, match="float64"):
+        model(tokens(1, 4))
+
+
+def test_rope_table_made_in_inference_mode_serves_training():
+    model = twin(CONFIGS["modern-gqa"], "sdpa")
+    with torch.inference_mode():
+        model(tokens(1, 4))
+    _, loss = model(tokens(1, 6), tokens(1, 6, seed=5))
+    loss.backward()  # would fail on an inference tensor saved for backward

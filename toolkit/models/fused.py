@@ -1,0 +1,119 @@
+"""Fused norms and feed-forward layers for the capstone GPT's fast backends.
+
+The teaching layers (:mod:`toolkit.norm`, :mod:`toolkit.ffn`) spell every formula out
+in tensor operations, one kernel launch and one intermediate tensor each: LayerNorm's
+mean, centring, variance, ``rsqrt``, scale and shift; GELU's cube, ``tanh`` and
+products. PyTorch has one kernel for each of these layers. The classes below are
+subclasses with the *same* parameters (a state dict moves between them unchanged) and
+the same function, computed by those kernels:
+
+===================  =============================================================
+teaching             fused
+===================  =============================================================
+``LayerNorm``        ``F.layer_norm``
+``RMSNorm``          ``F.rms_norm`` on a GPU; on a CPU, where that is a composite,
+                     :class:`_RMSNormFunction` (LayerNorm's fused backward)
+``gelu_tanh``        ``F.gelu(x, approximate="tanh")``
+``gelu_exact``       ``F.gelu(x)``
+===================  =============================================================
+
+(:class:`toolkit.ffn.SwiGLU` already gates with ``F.silu``. Joining its gate and up
+projections into one product was measured slower on a CPU: the gradient then needs
+the two halves copied back together, more memory traffic than the product saves.)
+
+Equal to the teaching versions to float rounding (tested). :class:`toolkit.models.GPT`
+builds them for every ``attention_backend`` except ``"reference"``.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from toolkit.ffn import FeedForward
+from toolkit.norm import LayerNorm, RMSNorm
+
+#: The fused kernel for each activation name of :data:`toolkit.ffn.ACTIVATIONS`.
+FUSED_ACTIVATIONS = {
+    "gelu": F.gelu,  # 0.5 x (1 + erf(x / sqrt 2))
+    # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    "gelu_tanh": partial(F.gelu, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+}
+
+
+class FusedLayerNorm(LayerNorm):
+    """:class:`toolkit.norm.LayerNorm` computed by ``F.layer_norm`` (one kernel)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        # (x - mean) / sqrt(var + eps) * gamma + beta over the last axis
+        return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """``y = x r gamma`` with ``r = 1 / sqrt(mean(x^2) + eps)`` per row; backward by hand.
+
+    On a CPU ``F.rms_norm`` is a composite of square, mean, ``rsqrt`` and products, and
+    so is its gradient: a dozen passes over the activations. The forward here reads
+    ``x`` once for ``r`` (``vector_norm``) and writes ``x r gamma`` in two passes. With
+    ``g = dL/dy`` and ``x_hat = x r``, per row of ``d`` features:
+
+        dL/dgamma = sum over rows of g x_hat
+        dL/dx = r (g gamma - x_hat mean(g gamma x_hat))
+
+    LayerNorm's gradient is the same with ``x_hat = (x - mu) r`` and one more term,
+    ``- r mean(g gamma)``, from the mean it subtracts. So LayerNorm's fused backward
+    kernel (``aten.native_layer_norm_backward``), given ``mu = 0`` and RMSNorm's ``r``,
+    computes both gradients in one pass; adding ``r mean(g gamma)`` back makes it
+    RMSNorm's.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
+        d = x.shape[-1]
+        ms = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square() / d  # mean(x^2)
+        r = torch.rsqrt(ms + eps)  # (..., 1)
+        ctx.save_for_backward(x, weight, r)
+        return (x * r).mul_(weight)  # x r gamma
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g: Tensor):
+        x, weight, r = ctx.saved_tensors
+        d = x.shape[-1]
+        d_x, d_weight, _ = torch.ops.aten.native_layer_norm_backward(
+            g, x, [d], torch.zeros_like(r), r, weight, None, [True, True, False]
+        )  # LayerNorm's gradients with mu = 0
+        d_x.addcmul_(r, (g @ weight).unsqueeze(-1), value=1.0 / d)  # + r mean(g gamma)
+        return d_x, d_weight, None
+
+
+class FusedRMSNorm(RMSNorm):
+    """:class:`toolkit.norm.RMSNorm` on fused kernels.
+
+    ``F.rms_norm`` on a GPU (one kernel each way); on a CPU, float32 and float64 go
+    through :class:`_RMSNormFunction`. The teaching version normalises half-precision
+    inputs in float32 and multiplies by ``gamma`` after casting back; here too.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        full_precision = x.dtype == self.weight.dtype and x.dtype in (torch.float32, torch.float64)
+        if full_precision and x.device.type == "cpu":
+            return _RMSNormFunction.apply(x, self.weight, self.eps)  # x / rms(x) * gamma
+        if full_precision:
+            return F.rms_norm(x, (self.d_model,), self.weight, self.eps)
+        x_hat = F.rms_norm(x.float(), (self.d_model,), None, self.eps)  # statistic in float32
+        return x_hat.to(x.dtype) * self.weight
+
+
+class FusedFeedForward(FeedForward):
+    """:class:`toolkit.ffn.FeedForward` with the activation's fused kernel."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.act = FUSED_ACTIVATIONS[self.activation]
