@@ -82,6 +82,25 @@ NOT_YET_SHOWN = {
     "token_shift": "06: RWKV's token shift",
     "RwkvTimeMixing": "06: RWKV's time-mixing layer",
     "RwkvChannelMixing": "06: RWKV's channel-mixing layer",
+    # The capstone's fast paths (GPTConfig.attention_backend = "sdpa" | "triton"); the
+    # notebooks keep the teaching path, benchmarks/capstone.py and tests exercise these.
+    "check_flash_backward_inputs": "04/07: the Triton backward's input check",
+    "TritonFlashAttention": "07: the course's kernels as one autograd Function",
+    "triton_attention": "07: the course's kernels as one autograd Function",
+    "flash_attention_backward_tuned": "04: the tuned backward beside the student's kernel",
+    "causal_attention": "07: the backend switch of the capstone model",
+    "reference_attention": "07: the backend switch of the capstone model",
+    "resolve_backend": "07: the backend switch of the capstone model",
+    "sdpa_attention": "07: the backend switch of the capstone model",
+    "triton_causal_attention": "07: the backend switch of the capstone model",
+    "FastCausalSelfAttention": "07: the capstone model's fast attention layer",
+    "pairs_side_by_side": "07: RoPE on the fast path (a layout helper)",
+    "rope_phasors": "07: RoPE on the fast path (precomputed rotations)",
+    "rope_table": "07: RoPE on the fast path (precomputed rotations)",
+    "rotate_pairs": "07: RoPE on the fast path",
+    "FusedFeedForward": "07: fused feed-forward on the fast path",
+    "FusedLayerNorm": "07: fused LayerNorm on the fast path",
+    "FusedRMSNorm": "07: fused RMSNorm on the fast path",
 }
 
 
