@@ -736,7 +736,7 @@ print(f"vocabulary: {vocab.vocab_size} entries; {len(corpus.train_ids)} training
 # encodings of the Transformer paper to its word embeddings". It runs and its outputs have
 # the right shape. Read it, run the next cell, and compare with the formula above.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "blog_embeddings", "locked": true, "schema_version": 3, "solution": false}
 class BertEmbeddingsFromABlog(nn.Module):
     """Circulating code. Something about it is not BERT."""
 

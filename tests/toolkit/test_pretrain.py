@@ -1,8 +1,10 @@
 """toolkit.pretrain and toolkit.distill end to end: the tiny encoder learns, and so does its student.
 
-A 2-block, 64-wide TinyBert pre-trained for 200 steps (a few seconds of CPU) must beat the
-unigram baseline by a wide margin on held-out text; a fresh 1-block student that sees the
-teacher's soft targets only (``alpha_hard=0``, never a label) must beat it too.
+A 2-block, 64-wide TinyBert pre-trained for 300 steps (some 15 s of CPU) must beat the
+unigram baseline by a wide margin on held-out text, and so must its 1-block student
+distilled from the teacher's soft targets only (``alpha_hard=0``, never a label).
+Training runs on one thread (restored afterwards): the model is too small to gain from
+more, and the test runner shares the cores.
 """
 
 from __future__ import annotations
@@ -30,11 +32,19 @@ def corpus():
     return load_mlm_corpus()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def teacher(corpus):
     torch.manual_seed(0)
     model = TinyBert(BertConfig(vocab_size=corpus.vocab.vocab_size, max_seq_len=64))
-    losses = pretrain(model, corpus, 200)
+    losses = pretrain(model, corpus, 300)
     assert losses[-1] < losses[0] - 1.0
     return model
 
@@ -70,15 +80,14 @@ def test_tiny_encoder_beats_the_unigram_baseline(corpus, teacher):
     assert accuracy > 2 * baseline, (accuracy, baseline)
 
 
-def test_student_learns_from_soft_targets_alone(corpus, teacher):
+def test_distilled_student_keeps_the_teacher_s_skill(corpus, teacher):
+    """DistilBERT's recipe: half the blocks, trained on the teacher's soft targets only."""
     batch = evaluation_batch(corpus)
     baseline = unigram_accuracy(corpus.train_stream, batch["labels"])
-    torch.manual_seed(1)
-    student = TinyBert(BertConfig(vocab_size=corpus.vocab.vocab_size, n_layers=1,
-                                  max_seq_len=64))
-    before = evaluate(student, batch)
-    distill(teacher, student, corpus, 100, alpha_soft=1.0, alpha_hard=0.0, alpha_cos=0.0)
-    assert evaluate(student, batch) > max(before, 1.3 * baseline)
+    student = student_from_teacher(teacher)
+    losses = distill(teacher, student, corpus, 80, alpha_soft=1.0, alpha_hard=0.0)
+    assert sum(losses[-10:]) < sum(losses[:10])  # it learns from the soft targets
+    assert evaluate(student, batch) > 2 * baseline
 
 
 def test_student_from_teacher_keeps_every_other_block(teacher):

@@ -35,7 +35,7 @@ RUN = """
 import torch as _torch
 
 _ids = inputs["ids"].clone()
-_g = _torch.Generator().manual_seed(inputs["seed"])
+_g = _torch.Generator().manual_seed(inputs["mask_seed"])
 _out = mask_tokens(_ids, inputs["specials"], inputs["mask_id"], inputs["vocab_size"],
                    *inputs["probs"], generator=_g)
 result = (_out[0], _out[1], _ids)
@@ -54,8 +54,8 @@ def _batch(n: int = 3000, t: int = 24, seed: int = 0) -> torch.Tensor:
 
 
 def _mask(submission, ids, seed=1, probs=(0.15, 0.8, 0.1)):
-    got = submission.run(RUN, ids=ids, seed=seed, specials=SPECIALS, mask_id=MASK, vocab_size=V,
-                         probs=list(probs))
+    got = submission.run(RUN, ids=ids, mask_seed=seed, specials=SPECIALS, mask_id=MASK,
+                         vocab_size=V, probs=list(probs))
     if not isinstance(got, tuple) or len(got) != 3:
         raise CheckFailure("mask_tokens should return a pair (inputs, labels)")
     inputs, labels, after = got

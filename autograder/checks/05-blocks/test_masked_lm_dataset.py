@@ -27,7 +27,7 @@ RUN = """
 import torch as _torch
 
 _data = MaskedLMDataset(inputs["ids"], inputs["specials"], inputs["mask_id"], inputs["vocab_size"],
-                        dynamic=inputs["dynamic"], seed=inputs["seed"])
+                        dynamic=inputs["dynamic"], seed=inputs["mask_seed"])
 _all = _torch.arange(len(_data))
 _epochs = [_data.batch(_all)[1] for _ in range(inputs["epochs"])]
 _half = len(_data) // 2
@@ -46,7 +46,7 @@ def _ids(n=400, t=16, seed=0):
 def _epochs(submission, dynamic, epochs=6, seed=0):
     ids = _ids(seed=seed)
     got = submission.run(RUN, ids=ids, specials=SPECIALS, mask_id=MASK, vocab_size=V,
-                         dynamic=dynamic, seed=seed, epochs=epochs)
+                         dynamic=dynamic, mask_seed=seed, epochs=epochs)
     if not isinstance(got, tuple) or len(got) != 3:
         raise CheckFailure("could not read the batches of your MaskedLMDataset")
     labels, split, length = got
