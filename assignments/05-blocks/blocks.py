@@ -67,7 +67,7 @@ from torch import Tensor, nn
 from toolkit.attention import MultiHeadAttention
 from toolkit.bert import BertConfig
 from toolkit.ffn import ACTIVATIONS, FeedForward
-from toolkit.mlm import IGNORE_INDEX, SPECIAL_TOKENS, pair_inputs
+from toolkit.mlm import IGNORE_INDEX, pair_inputs
 from toolkit.pretrain import (
     evaluation_batch,
     load_bert,
