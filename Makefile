@@ -4,7 +4,15 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lab lint validate benchmark clean
+# The JupyterLab extension (autograder/labext): TypeScript sources, built by jlpm into
+# labextension/ and linked into the venv; rebuilt only when the sources change.
+LABEXT_SRC_DIR := autograder/labext/frontend
+LABEXT_SOURCES := $(addprefix $(LABEXT_SRC_DIR)/,package.json yarn.lock .yarnrc.yml tsconfig.json) \
+                  $(wildcard $(LABEXT_SRC_DIR)/src/*.ts $(LABEXT_SRC_DIR)/style/*)
+LABEXT_BUILD   := autograder/labext/labextension/package.json
+LABEXT         := $(VENV)/.labextension
+
+.PHONY: demo test test-fast lab lint validate benchmark clean labextension
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,23 +28,52 @@ $(STAMP): pyproject.toml constraints.txt
 	  (apt-get install -y -qq chromium >/dev/null 2>&1 || \
 	   (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1)) ; } || \
 	  echo "note: chromium not installed; tests/browser will be skipped"
+	@# Node.js builds the JupyterLab extension (the course panel).
+	@command -v node >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get install -y -qq nodejs >/dev/null 2>&1 || \
+	   (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq nodejs >/dev/null 2>&1)) ; } || \
+	  echo "note: node not installed; the JupyterLab extension cannot be built"
+	@$(MAKE) --no-print-directory labextension
+	@# PostgreSQL server binaries for the PostgreSQL gradebook test (it starts its own server).
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1 || \
+	   (apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1)) ; } || \
+	  echo "note: postgresql not installed; the PostgreSQL gradebook test will be skipped"
 	@touch $(STAMP)
+
+labextension: $(LABEXT)
+
+$(LABEXT_BUILD): $(LABEXT_SOURCES)
+	@command -v node >/dev/null 2>&1 || { echo "node is missing: install Node.js 18+ (apt-get install nodejs)"; exit 1; }
+	cd $(LABEXT_SRC_DIR) && PATH="$(abspath $(VENV))/bin:$$PATH" jlpm install --immutable --mode=skip-build >/dev/null
+	cd $(LABEXT_SRC_DIR) && PATH="$(abspath $(VENV))/bin:$$PATH" jlpm build >/dev/null
+	@touch $(LABEXT_BUILD)
+
+# Installed as `pip install` of a wheel would: the built bundle under share/jupyter and
+# the server extension's switch under etc/jupyter (an editable install copies neither).
+$(LABEXT): $(LABEXT_BUILD)
+	@mkdir -p $(VENV)/share/jupyter/labextensions $(VENV)/etc/jupyter/jupyter_server_config.d
+	ln -sfn "$(abspath autograder/labext/labextension)" $(VENV)/share/jupyter/labextensions/transformers-course-lab
+	cp autograder/labext/jupyter-config/autograder-labext.json $(VENV)/etc/jupyter/jupyter_server_config.d/
+	@touch $(LABEXT)
 
 demo: $(STAMP)
 	$(VENV)/bin/autograder demo --dir .demo
 
-test: $(STAMP)
+test: $(STAMP) $(LABEXT)
 	$(PY) -m ruff check toolkit autograder tests benchmarks
 	$(PY) -m pytest -n 2 --dist loadfile -q
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(LABEXT)
 	$(PY) -m pytest -q -m "not slow" -n 2
 
-lab: $(STAMP)
+lab: $(STAMP) $(LABEXT)
 	$(VENV)/bin/autograder init
 	$(VENV)/bin/autograder release --all
-	@echo "Student notebooks: course-workspace/release/<assignment>/ (instructor sources: source/)"
-	$(VENV)/bin/jupyter lab --notebook-dir=course-workspace
+	@echo "Student notebooks: course-workspace/release/<assignment>/, lectures: course-workspace/lectures/"
+	@# Rooted in the workspace, where nbgrader finds nbgrader_config.py: formgrader, the
+	@# assignment list and the exchange all work from there.
+	cd course-workspace && "$(CURDIR)/$(VENV)/bin/jupyter" lab
 
 lint: $(STAMP)
 	$(PY) -m ruff check toolkit autograder tests benchmarks

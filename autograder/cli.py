@@ -1,8 +1,10 @@
-"""The ``autograder`` command line (the contract in DESIGN.md)."""
+"""The ``autograder`` command line: init, release, grade, report, feedback, validate, demo,
+and new (the contract is in the README; scripts and tests rely on it)."""
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 from pathlib import Path
 
@@ -14,10 +16,22 @@ def _course(args) -> Course:
 
 
 def cmd_init(args) -> int:
+    from . import gradebook_url
+
     course = _course(args)
-    course.init()
+    if args.db_url:
+        try:
+            gradebook_url.probe(gradebook_url.check(args.db_url))
+        except gradebook_url.GradebookUrlError as exc:
+            raise CourseError(str(exc)) from None
+    course.init(db_url=args.db_url)
+    outline = course.outline()
     print(f"Course workspace ready: {course.root}")
+    print(f"Course: {outline.title} ({course.outline_file if outline.path else 'no course.toml'})")
+    print(f"Gradebook: {gradebook_url.redacted(course.db_url)}")
     print(f"Assignments: {', '.join(available_assignments(course.assignments_dir)) or 'none'}")
+    if outline.lectures:
+        print(f"Lectures: {len(outline.lectures)} in {course.path('lectures')}")
     print(f"Next: autograder release NAME --course {course.root}")
     return 0
 
@@ -26,11 +40,51 @@ def cmd_release(args) -> int:
     course = _course(args)
     if not (course.root / "nbgrader_config.py").exists():
         course.init()
-    names = available_assignments(course.assignments_dir) if args.all else [args.name]
-    if not names or names == [None]:
-        raise CourseError("name an assignment or pass --all")
+    if args.student_toolkit:
+        from .student_build import build_student_toolkit
+
+        wheel = build_student_toolkit(course.root / "student-toolkit", course.assignments_dir,
+                                      unlocked=args.unlock or [])
+        print(f"Student toolkit: {wheel}")
+        print("Students install it with: pip install " + str(wheel))
+        if not (args.all or args.name):
+            return 0
+    if not args.all and not args.name:
+        raise CourseError("name an assignment, or pass --all or --student-toolkit")
+    outline = course.outline()
+    names = outline.names() if args.all else [args.name]
+    if args.all:
+        unlisted = set(available_assignments(course.assignments_dir)) - set(names)
+        if unlisted:
+            print(f"Not in {course.outline_file} (add a line to release them with --all): "
+                  f"{', '.join(sorted(unlisted))}")
+    now = datetime.datetime.now().astimezone()
+    released = []
     for name in names:
-        print(f"Released {name}: {course.release(name)}")
+        entry = outline.assignment(name)
+        if args.all and entry and not entry.released_by(now):
+            print(f"Not yet: {name} is released on {entry.release} "
+                  f"(`autograder release {name}` releases it now)")
+            continue
+        edited = course.edited_release(name)
+        if edited and not args.force:
+            print(f"Kept {course.path('release', name)}: {', '.join(edited)} holds answers "
+                  f"written since release (`autograder release {name} --force` replaces it)")
+            continue
+        print(f"Released {name}: {course.release(name, exchange=not args.no_exchange)}")
+        released.append(name)
+    course.build_lectures()
+    if released and not args.no_exchange:
+        print(f"Students can fetch {'them' if len(released) > 1 else 'it'} from the exchange "
+              f"({course.exchange}); afterwards: autograder collect NAME")
+    return 0
+
+
+def cmd_collect(args) -> int:
+    course = _course(args)
+    students = course.collect(args.name)
+    print(f"Collected {args.name}: {len(students)} submission(s) in {course.path('submitted')}")
+    print(f"Next: autograder grade {args.name}")
     return 0
 
 
@@ -59,6 +113,10 @@ def cmd_grade(args) -> int:
 def cmd_report(args) -> int:
     from . import report
 
+    if args.similarity:
+        from . import similarity_report
+
+        return similarity_report.main(_course(args), args)
     records = report.collect(_course(args), args.name)
     if args.format == "json":
         print(report.as_json(records))
@@ -70,6 +128,12 @@ def cmd_report(args) -> int:
         report.plot(records, args.plot)
         print(f"Plot written to {args.plot}", file=sys.stderr)
     return 0
+
+
+def cmd_export(args) -> int:
+    from . import export
+
+    return export.main(_course(args), args)
 
 
 def cmd_feedback(args) -> int:
@@ -93,6 +157,14 @@ def cmd_validate(args) -> int:
     return 0 if ok else 1
 
 
+def cmd_new(args) -> int:
+    from .scaffold import new_assignment, next_steps
+
+    files = new_assignment(args.name, title=args.title, notebook=args.notebook)
+    print(next_steps(args.name, files))
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo import demo
 
@@ -108,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     def add(name, func, help_text):
         p = sub.add_parser(name, help=help_text)
         p.set_defaults(func=func)
-        if name not in ("validate", "demo"):
+        if name not in ("validate", "demo", "new"):
             p.add_argument(
                 "--course",
                 type=Path,
@@ -117,31 +189,79 @@ def build_parser() -> argparse.ArgumentParser:
             )
         return p
 
-    add("init", cmd_init, "create a course workspace wired to assignments/")
-    p = add("release", cmd_release, "student versions of assignments")
-    p.add_argument("name", nargs="?")
-    p.add_argument("--all", action="store_true")
-    p = add("grade", cmd_grade, "grade submissions")
-    p.add_argument("name")
+    p = add("init", cmd_init, "create a course workspace wired to assignments/")
+    p.add_argument(
+        "--db-url",
+        default=None,
+        help="gradebook database as a SQLAlchemy URL, e.g. postgresql://grader@host/course "
+        "(default: SQLite in the workspace; a workspace keeps the URL it was given)",
+    )
+    p = add("release", cmd_release, "student versions of assignments, published to the exchange")
+    p.add_argument("name", nargs="?", help="the assignment folder name, e.g. 01-attention")
+    p.add_argument("--all", action="store_true",
+                   help="every assignment of course/course.toml whose release date has come")
+    p.add_argument("--force", action="store_true",
+                   help="release again even over answers written in release/")
+    p.add_argument("--no-exchange", action="store_true",
+                   help="only write release/; do not publish to nbgrader's exchange")
+    p.add_argument("--student-toolkit", action="store_true",
+                   help="build the wheel students install: the toolkit with the exercises of "
+                        "every locked assignment as stubs (written to <course>/student-toolkit/)")
+    p.add_argument("--unlock", action="append", metavar="NAME",
+                   help="with --student-toolkit: include this assignment's solutions "
+                        "(after its deadline; repeatable)")
+    p = add("collect", cmd_collect, "copy what students submitted via the exchange to submitted/")
+    p.add_argument("name", help="the assignment to collect")
+    p = add("grade", cmd_grade, "grade submissions (sandboxed kernels, hidden checks)")
+    p.add_argument("name", help="the assignment to grade")
     p.add_argument("--student", action="append", help="only this student (repeatable)")
     p.add_argument("--workers", type=int, default=None, help="parallel kernels (default: cores)")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address, e.g. tcp://host:8786")
     p.add_argument("--force", action="store_true", help="grade again submissions already graded")
     p.add_argument("--cell-timeout", type=float, default=None, help="override seconds per cell")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p = add("report", cmd_report, "scores and item analysis")
-    p.add_argument("name")
-    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p = add("report", cmd_report, "scores, diagnosed mistakes and item analysis")
+    p.add_argument("name", help="the assignment to report on")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table",
+                   help="table (default, for reading), csv (spreadsheets) or json (scripts)")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG plot here")
-    p = add("feedback", cmd_feedback, "HTML feedback for every graded student (nbgrader)")
+    p.add_argument(
+        "--similarity",
+        action="store_true",
+        help="list pairs of near-copies (and copies of the reference) instead of scores",
+    )
+    p.add_argument("--threshold", type=float, default=None, help="similarity flag (default 0.6)")
+    p.add_argument("--min-tokens", type=int, default=None, help="shortest exercise compared")
+    p.add_argument("--html", type=Path, default=None, help="similarity page (default: reports/)")
+    p = add("export", cmd_export, "grades per student and exercise: CSV, Canvas CSV or JSON")
     p.add_argument("name")
-    p = add("validate", cmd_validate, "solution full marks, stub zero, every mutant caught")
-    p.add_argument("name", nargs="?")
-    p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--format", choices=["csv", "canvas", "json"], default="csv")
+    p.add_argument("--output", type=Path, default=None, help="write here instead of stdout")
+    p.add_argument(
+        "--canvas-column", default=None, help='Canvas grade column, e.g. "Attention (1234)"'
+    )
+    p.add_argument(
+        "--canvas-key",
+        choices=["sis_login_id", "sis_user_id", "id"],
+        default="sis_login_id",
+        help="Canvas column that holds the nbgrader student id (default: SIS Login ID)",
+    )
+    p = add("feedback", cmd_feedback, "HTML feedback for every graded student (nbgrader)")
+    p.add_argument("name", help="the assignment to write feedback for")
+    p = add("validate", cmd_validate,
+            "on a throwaway course: reference full marks, stub and constant answers zero, "
+            "every named mutant caught")
+    p.add_argument("name", nargs="?", help="one assignment (default: all of them)")
+    p.add_argument("--workers", type=int, default=None, help="parallel kernels (default: cores)")
+    p = add("new", cmd_new, "a new assignment from the minimal example, ready to validate")
+    p.add_argument("name", help="folder name, e.g. 05-blocks (in assignments/, or in "
+                   "AUTOGRADER_ASSIGNMENTS)")
+    p.add_argument("--title", default=None, help="the assignment's title (default: from NAME)")
+    p.add_argument("--notebook", default=None, help="notebook name (default: from NAME)")
     p = add("demo", cmd_demo, "the whole loop end to end on a throwaway course")
     p.add_argument("--dir", default=None, help="where to put the demo course (default: a temp dir)")
     p.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=int, default=2, help="parallel kernels (default: 2)")
     return parser
 
 

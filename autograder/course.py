@@ -10,6 +10,8 @@ checkout, which git ignores, so student data never lands in the repository)::
     autograded/<student>/<assignment>/...     executed notebooks with the check reports
     feedback/<student>/<assignment>/...       HTML feedback (nbgrader generate_feedback)
     autograder/<assignment>/<student>.json    our per-check results (resume + reports)
+    lectures/<lecture>.ipynb   README.md      from course/ (the outline, course/course.toml)
+    check-my-work/<user>.json                 each user's latest "Check my work" results
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ from pathlib import Path
 import jupytext
 import nbformat
 import tomllib
+
+from . import gradebook_url
+from .feedback import FEEDBACK_EXPORTER, GENERATE_FEEDBACK_PREPROCESSORS
+from .formgrader_bridge import AUTOGRADE_PREPROCESSORS
+from .limits import Limits
+from .release_steps import GENERATE_ASSIGNMENT_PREPROCESSORS
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Instructors keep assignments elsewhere with AUTOGRADER_ASSIGNMENTS=/path (read at `init`).
@@ -43,7 +51,16 @@ c.ClearSolutions.code_stub = {{"python": "# YOUR CODE HERE\\nraise NotImplemente
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # Hidden checks live in the autograder, not in notebooks: nothing to strip or restore.
 c.GenerateAssignment.preprocessors_exclude = []
+# Stubs that name their exercise, and Run All that reaches the end (autograder.release_steps).
+c.GenerateAssignment.preprocessors = {release_steps!r}
 c.Exchange.root = {exchange!r}
+# Formgrader's "Autograde" and `nbgrader autograde` grade with `autograder grade`
+# (sandbox, hidden checks), never with plain nbgrader (autograder.formgrader_bridge).
+c.Autograde.autograde_preprocessors = {autograde!r}
+# Feedback pages name each exercise, show automatic and written points apart, draw maths
+# offline (autograder.feedback).
+c.GenerateFeedback.exporter_class = {feedback_exporter!r}
+c.GenerateFeedback.preprocessors = {feedback_steps!r}
 """
 
 
@@ -59,6 +76,8 @@ class Mutant:
     find: str
     replace: str
     breaks: list[str]
+    #: What the student did, in a sentence for them; the diagnosis shows it in feedback.
+    explanation: str = ""
 
 
 @dataclasses.dataclass
@@ -70,10 +89,9 @@ class AssignmentSpec:
     title: str
     notebooks: list[str]
     checks: str
-    cell_timeout: float = 60
-    submission_timeout: float = 600
-    call_timeout: float = 60
-    memory_bytes: int = 6 * 2**30
+    #: Time, memory and storage caps: any field of :class:`autograder.limits.Limits`
+    #: set at the top level of the file (defaults there).
+    limits: Limits = dataclasses.field(default_factory=Limits)
     forbid: list[str] = dataclasses.field(default_factory=list)
     mutants: list[Mutant] = dataclasses.field(default_factory=list)
     #: Optional script in the assignment folder, run after each *made* submission
@@ -93,8 +111,19 @@ class AssignmentSpec:
             data = tomllib.loads(toml_path.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise CourseError(f"{toml_path}: invalid TOML ({exc}); fix the file") from None
+        try:
+            limits = Limits.from_table(data, where=str(toml_path))
+        except ValueError as exc:
+            raise CourseError(str(exc)) from None
+        data = {k: v for k, v in data.items() if k not in _LIMIT_KEYS}
+        unknown = sorted(set(data) - _SPEC_KEYS)
+        if unknown:
+            raise CourseError(
+                f"{toml_path}: unknown key(s) {', '.join(unknown)}; known: "
+                f"{', '.join(sorted(_SPEC_KEYS | _LIMIT_KEYS))}"
+            )
         mutants = [Mutant(**m) for m in data.pop("mutants", [])]
-        spec = cls(name=name, path=path, mutants=mutants, **data)
+        spec = cls(name=name, path=path, mutants=mutants, limits=limits, **data)
         for nb in spec.notebooks:
             if not (path / f"{nb}.py").is_file():
                 raise CourseError(f"{toml_path}: notebook '{nb}' has no source file {nb}.py")
@@ -111,6 +140,10 @@ class AssignmentSpec:
         if self.checks.startswith(("./", "../")):
             return (self.path / self.checks).resolve()
         return Path(__file__).resolve().parent / "checks" / self.checks
+
+
+_LIMIT_KEYS = {f.name for f in dataclasses.fields(Limits)}
+_SPEC_KEYS = {f.name for f in dataclasses.fields(AssignmentSpec)} - {"name", "path", "limits"}
 
 
 def available_assignments(assignments_dir: Path = ASSIGNMENTS_DIR) -> list[str]:
@@ -140,19 +173,45 @@ def _venv_on_path() -> None:
 class Course:
     """A course workspace on disk (see the module docstring for the layout)."""
 
-    def __init__(self, root: Path | str | None = None, assignments_dir: Path | None = None):
+    def __init__(
+        self,
+        root: Path | str | None = None,
+        assignments_dir: Path | None = None,
+        course_file: Path | None = None,
+    ):
         self.root = Path(root or DEFAULT_COURSE_DIR).resolve()
-        if assignments_dir is None:
-            # A workspace remembers the assignments folder it was created from.
-            settings = self.root / SETTINGS_FILE
-            if settings.is_file():
-                assignments_dir = json.loads(settings.read_text()).get("assignments_dir")
+        # A workspace remembers the assignments folder and outline it was created from,
+        # and where its gradebook lives when that is not the default SQLite file.
+        settings = self.root / SETTINGS_FILE
+        saved = json.loads(settings.read_text()) if settings.is_file() else {}
+        assignments_dir = assignments_dir or saved.get("assignments_dir")
         self.assignments_dir = Path(assignments_dir or ASSIGNMENTS_DIR).resolve()
+        course_file = course_file or saved.get("course_file")
+        self.outline_file = Path(course_file).resolve() if course_file else self._outline_file()
+        self._db_url: str | None = saved.get("db_url")
+
+    def _outline_file(self) -> Path:
+        """``course/course.toml`` beside the assignments folder (or AUTOGRADER_COURSE_FILE)."""
+        if os.environ.get("AUTOGRADER_COURSE_FILE"):
+            return Path(os.environ["AUTOGRADER_COURSE_FILE"]).resolve()
+        return self.assignments_dir.parent / "course" / "course.toml"
+
+    def outline(self):
+        """The course outline (:mod:`autograder.outline`): what to teach, in which order."""
+        from .outline import load_outline
+
+        return load_outline(self.outline_file, self.assignments_dir)
 
     # -- layout ------------------------------------------------------------------
     @property
     def db_url(self) -> str:
-        return f"sqlite:///{self.root / 'gradebook.db'}"
+        """The gradebook's SQLAlchemy URL (see :mod:`autograder.gradebook_url`)."""
+        return self._db_url or gradebook_url.sqlite_url(self.root)
+
+    @property
+    def exchange(self) -> Path:
+        """nbgrader's exchange directory (fetch, submit, collect), inside the workspace."""
+        return self.root / "exchange"
 
     def path(self, kind: str, *parts: str) -> Path:
         return self.root.joinpath(kind, *parts)
@@ -170,36 +229,93 @@ class Course:
             )
 
     # -- set-up --------------------------------------------------------------------
-    def init(self) -> None:
-        """Create the workspace (idempotent) and build every assignment's source notebooks."""
+    def init(self, db_url: str | None = None) -> None:
+        """Create the workspace (idempotent) and build every assignment's source notebooks.
+
+        ``db_url`` puts the gradebook in another database (PostgreSQL, say); without it
+        a workspace keeps the database it was created with (by default SQLite)."""
+        if db_url is not None:
+            try:
+                self._db_url = gradebook_url.check(db_url)
+            except gradebook_url.GradebookUrlError as exc:
+                raise CourseError(str(exc)) from None
         for kind in ("source", "release", "submitted", "autograded", "feedback", "autograder"):
             self.path(kind).mkdir(parents=True, exist_ok=True)
+        # nbgrader's exchange: students fetch from and submit to it, `collect` reads it.
+        # Every student account must be able to write here (as nbgrader asks).
+        self.exchange.mkdir(exist_ok=True)
+        os.chmod(self.exchange, 0o777)
         config = NBGRADER_CONFIG.format(
             root=str(self.root),
             course_id=COURSE_ID,
             db_url=self.db_url,
-            exchange=str(self.root / "exchange"),
+            exchange=str(self.exchange),
+            release_steps=GENERATE_ASSIGNMENT_PREPROCESSORS,
+            autograde=AUTOGRADE_PREPROCESSORS,
+            feedback_exporter=FEEDBACK_EXPORTER,
+            feedback_steps=GENERATE_FEEDBACK_PREPROCESSORS,
         )
         (self.root / "nbgrader_config.py").write_text(config)
-        settings = {"assignments_dir": str(self.assignments_dir)}
-        (self.root / SETTINGS_FILE).write_text(json.dumps(settings, indent=1) + "\n")
+        settings = {
+            "assignments_dir": str(self.assignments_dir),
+            "course_file": str(self.outline_file),
+        }
+        if self._db_url:
+            settings["db_url"] = self._db_url
+        settings_path = self.root / SETTINGS_FILE
+        settings_path.write_text(json.dumps(settings, indent=1) + "\n")
+        gradebook_url.protect(self.db_url, [self.root / "nbgrader_config.py", settings_path])
         for name in available_assignments(self.assignments_dir):
             self.build_source(self.spec(name))
+        self.build_lectures()
+
+    def build_lectures(self) -> list[Path]:
+        """The outline's lectures as notebooks in ``lectures/``, and its README as the
+        workspace's ``README.md``. A lecture notebook edited after it was built (newer than
+        its source) is kept as it is."""
+        outline = self.outline()
+        built = []
+        for lecture in outline.lectures:
+            source = outline.lecture_source(lecture)
+            target = self.path("lectures", f"{lecture.stem}.ipynb")
+            if target.is_file() and target.stat().st_mtime >= source.stat().st_mtime:
+                built.append(target)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if source.suffix == ".py":
+                nbformat.write(notebook_from_text(source.read_text()), target)
+            else:
+                shutil.copyfile(source, target)
+            built.append(target)
+        if outline.readme is not None:
+            shutil.copyfile(outline.readme, self.root / "README.md")
+        return built
 
     def build_source(self, spec: AssignmentSpec) -> Path:
-        """``assignments/<name>/*.py`` -> ``source/<name>/*.ipynb`` (+ the other files)."""
+        """``assignments/<name>/*.py`` -> ``source/<name>/*.ipynb`` (+ the other files).
+
+        The hidden checks never go along, even when an assignment keeps them in its
+        own folder (``checks = "./checks"``): a release is built from ``source/``."""
         target = self.path("source", spec.name)
         target.mkdir(parents=True, exist_ok=True)
+        checks = spec.checks_dir()
         for item in spec.path.iterdir():
             if item.name in ("assignment.toml", "__pycache__") or item.suffix == ".py":
                 continue
+            if item.resolve() == checks:
+                continue
             dest = target / item.name
             if item.is_dir():
-                shutil.copytree(item, dest, dirs_exist_ok=True)
+                def hide_checks(folder, names):
+                    return [n for n in names if (Path(folder) / n).resolve() == checks]
+
+                shutil.copytree(item, dest, dirs_exist_ok=True, ignore=hide_checks)
             else:
                 shutil.copy2(item, dest)
         for nb_name in spec.notebooks:
             nb = notebook_from_text(spec.source_text(nb_name))
+            # Carried into the release: tells "Check my work" which notebook this is.
+            nb.metadata["autograder"] = {"assignment": spec.name, "notebook": nb_name}
             nbformat.write(nb, target / f"{nb_name}.ipynb")
         return target
 
@@ -218,21 +334,75 @@ class Course:
             "python": "# YOUR CODE HERE\nraise NotImplementedError()"
         }
         config.ClearSolutions.text_stub = "YOUR ANSWER HERE"
-        config.Exchange.root = str(self.root / "exchange")
+        config.Exchange.root = str(self.exchange)
+        config.GenerateAssignment.preprocessors = GENERATE_ASSIGNMENT_PREPROCESSORS
+        config.GenerateFeedback.exporter_class = FEEDBACK_EXPORTER
+        config.GenerateFeedback.preprocessors = GENERATE_FEEDBACK_PREPROCESSORS
         coursedir = CourseDirectory(config=config)
         return NbGraderAPI(coursedir=coursedir, config=config)
 
-    def release(self, name: str) -> Path:
-        """Build the source notebooks and run nbgrader's generate_assignment."""
+    def release(self, name: str, exchange: bool = True) -> Path:
+        """Build the source notebooks, run nbgrader's generate_assignment and, unless
+        ``exchange`` is false, publish the release to the exchange for students to fetch."""
         self.require()
         spec = self.spec(name)
         self.build_source(spec)
-        result = self.nbgrader_api().generate_assignment(name, force=True, create=True)
+        api = self.nbgrader_api()
+        result = api.generate_assignment(name, force=True, create=True)
         if not result.get("success"):
             raise CourseError(
                 f"nbgrader could not generate '{name}':\n{result.get('error') or result.get('log')}"
             )
+        if exchange:
+            self._nbgrader_exchange(api, "ReleaseAssignment", name, force=True)
         return self.path("release", name)
+
+    def collect(self, name: str) -> list[str]:
+        """Copy what students submitted through the exchange into ``submitted/`` (newest
+        submission of each student); returns the students collected."""
+        self.require()
+        self.spec(name)
+        api = self.nbgrader_api()
+        self._nbgrader_exchange(api, "Collect", name, update=True)
+        return self.students_with_submissions(name)
+
+    def _nbgrader_exchange(self, api, action: str, name: str, **options) -> None:
+        from nbgrader.utils import capture_log, temp_attrs
+
+        with temp_attrs(api.coursedir, assignment_id=name):
+            app = getattr(api.exchange, action)(
+                coursedir=api.coursedir, authenticator=api.authenticator, parent=api)
+            for key, value in options.items():
+                setattr(app, key, value)
+            result = capture_log(app)
+        if not result.get("success"):
+            raise CourseError(
+                f"nbgrader's exchange could not {action} '{name}' in {self.exchange}:\n"
+                f"{result.get('error') or result.get('log')}")
+
+    def edited_release(self, name: str) -> list[str]:
+        """Released notebooks of ``name`` whose answer cells were changed since release.
+
+        nbgrader stores a checksum of every answer cell when it releases a notebook; a
+        cell that no longer matches holds someone's work (a self-learner works right in
+        ``release/``), which releasing again would overwrite."""
+        from nbgrader.utils import compute_checksum
+
+        edited = []
+        for path in sorted(self.path("release", name).glob("*.ipynb")):
+            try:
+                nb = nbformat.read(path, as_version=4)
+            except Exception:  # unreadable: whatever it is, it is not a fresh release
+                edited.append(path.name)
+                continue
+            for cell in nb.cells:
+                meta = cell.metadata.get("nbgrader", {})
+                if meta.get("solution") and meta.get("checksum") not in (
+                    None, compute_checksum(cell)
+                ):
+                    edited.append(path.name)
+                    break
+        return edited
 
     def gradebook(self):
         _venv_on_path()

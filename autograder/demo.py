@@ -46,7 +46,7 @@ def demo(
             name,
             workers=workers,
             log=log,
-            cell_timeout=min(spec.cell_timeout, DEMO_CELL_TIMEOUT),
+            cell_timeout=min(spec.limits.cell_timeout, DEMO_CELL_TIMEOUT),
         )
         records = report.collect(course, name)
         log("\n" + report.as_table(records) + "\n")

@@ -1,84 +1,56 @@
 """Run a submitted notebook in a fresh, sandboxed kernel, and keep it alive for the checks.
 
-:class:`KernelSession` owns one kernel for one submission:
+:class:`KernelSession` owns everything of one submission's run: its capped storage
+(:mod:`autograder.storage`: working directory, ``/tmp``, ``/dev/shm``), its kernel
+(:class:`autograder.launcher.KernelLauncher`: forked from a template or started from
+scratch, sandboxed either way) and a watchdog over the storage caps.
 
 * :meth:`KernelSession.run_notebook` executes the code cells in order with a
   per-cell time limit and a per-submission deadline. A cell that times out is
   interrupted; a cell that kills the kernel (``sys.exit`` in a scratch cell,
-  ``os._exit``, the memory cap) is recorded, the kernel is restarted and the
-  cells that had worked are replayed, so one bad cell costs only what depends on it.
-* :meth:`KernelSession.request` is the transport used by the trusted checks
-  (:mod:`autograder.protocol`): it runs ``__autograder__.handle(path)`` in the
-  kernel and waits for the reply with its own time limit.
+  ``os._exit``, the memory cap) or fills one of its areas is stopped and noted, the
+  kernel is restarted on empty areas and the cells that had worked are replayed, so
+  one bad cell costs only what depends on it.
+* :meth:`KernelSession.execute_silently` is the transport used by the trusted checks
+  (:mod:`autograder.protocol`): it runs code in the kernel and waits for the reply
+  with its own time limit.
 
-Every event (time-outs, restarts, truncated output) is kept in ``events`` for the report.
-
-The kernel itself comes from this worker's fork server (:mod:`autograder.forkserver`)
-when there is one, and is otherwise started from scratch inside bubblewrap; the two
-look the same from inside (``tests/autograder/test_forkserver.py``).
+Every event (time-outs, restarts, caps reached, truncated output) is kept in
+``events`` for the report.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import logging
-import shutil
-import subprocess
+import threading
 import time
-import uuid
 from pathlib import Path
 
 import nbformat
-import zmq.asyncio
-from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
-from . import forkserver
-from .forkserver import ForkedKernelProvisioner
-from .quickstart import kill_kernel_now
-from .sandbox import Limits, hand_over, kernel_environment, kill_strays, wrap_command
+from .launcher import KernelLauncher, start_mode
+from .limits import Limits
+from .sandbox import bwrap_path
+from .slots import kill_strays
+from .storage import Storage, new_scratch
 
 #: Marks a cell in the notebook as not executed while grading (widgets, long demos).
 SKIP_TAG = "skip-grading"
-log = logging.getLogger(__name__)
 MAX_OUTPUT_CHARS = 20_000
 _TIMEOUT_ENAME = "CellTimeoutError"
+#: How often the watchdog looks at the storage caps while a kernel runs.
+WATCH_SECONDS = 0.1
+
+__all__ = ["SKIP_TAG", "KernelSession", "kernel_start_mode"]
 
 
-class SandboxedKernelManager(AsyncKernelManager):
-    """A KernelManager whose kernel runs sandboxed: forked by a zygote
-    (:mod:`autograder.forkserver`) when one is given, else started by the command of
-    :func:`autograder.sandbox.wrap_command`."""
-
-    def __init__(
-        self, *args, workdir: Path, limits: Limits, slot: int, hidden, fork_server=None, **kwargs
-    ):
-        super().__init__(*args, **kwargs)
-        self._workdir, self.limits, self._slot, self._hidden = workdir, limits, slot, hidden
-        self.fork_server = fork_server
-
-    async def _async_pre_start_kernel(self, **kw):
-        if self.fork_server is not None and self.provisioner is None:
-            self.kernel_id = self.kernel_id or str(uuid.uuid4())
-            self.provisioner = ForkedKernelProvisioner(
-                kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self
-            )
-            self.provisioner.fork_server = self.fork_server
-        return await super()._async_pre_start_kernel(**kw)
-
-    def write_connection_file(self, **kwargs):
-        super().write_connection_file(**kwargs)
-        # The file holds the session key: readable by the sandbox's uid only.
-        hand_over(Path(self.connection_file), self._slot)
-
-    def format_kernel_cmd(self, extra_arguments=None):
-        cmd = super().format_kernel_cmd(extra_arguments)
-        if self.fork_server is not None:
-            return cmd  # the zygote needs only the connection file
-        return wrap_command(cmd, self._workdir, self.limits, self._slot, self._hidden)
+def kernel_start_mode() -> str:
+    """How kernels start on this machine (printed by ``autograder grade``)."""
+    return start_mode()
 
 
 class _CappedClient(NotebookClient):
@@ -99,8 +71,7 @@ class _CappedClient(NotebookClient):
                 last["text"] = last["text"][: len(last["text"]) - excess]
             else:
                 outs.pop()
-            outs.append(nbformat.v4.new_output(
-                "stream", name="stdout", text="\n[output truncated by the autograder]\n"))
+            outs.append(_note_output("[output truncated by the autograder]"))
             truncated.add(cell_index)
         return out
 
@@ -109,89 +80,51 @@ def _output_size(output) -> int:
     return len(str(output.get("text", ""))) + len(str(output.get("data", "")))
 
 
+def _note_output(text: str):
+    return nbformat.v4.new_output("stream", name="stdout", text=f"\n{text}\n")
+
+
 class KernelSession:
     """One sandboxed kernel for one submission, used first to run it, then to check it."""
 
-    def __init__(
-        self,
-        workdir: Path,
-        *,
-        cell_timeout: float = 60,
-        submission_timeout: float = 600,
-        limits: Limits | None = None,
-        slot: int = 0,
-        hidden: tuple[Path, ...] = (),
-        max_restarts: int = 2,
-        use_fork_server: bool = True,
-    ):
-        self.workdir = Path(workdir)
-        self.cell_timeout = cell_timeout
-        self.deadline = time.monotonic() + submission_timeout
+    def __init__(self, limits: Limits | None = None, *, slot: int = 0, hidden=(),
+                 submission_dir: Path | None = None, notebook_name: str = "",
+                 max_restarts: int = 2, use_fork_server: bool = True):
         self.limits = limits or Limits()
         self.slot = slot
-        self.hidden = hidden
+        self.cell_timeout = self.limits.cell_timeout
+        self.deadline = time.monotonic() + self.limits.submission_timeout
         self.max_restarts = max_restarts
-        self.use_fork_server = use_fork_server
         self.restarts = 0
         self.events: list[str] = []
-        self.km: SandboxedKernelManager | None = None
+        self.storage = Storage(new_scratch(), self.limits, slot, bwrap_path() is not None)
+        self.launcher = KernelLauncher(self.storage, self.limits, slot, hidden,
+                                       use_fork_server=use_fork_server)
+        self.storage.inside_pid = self.launcher.inside_pid
+        if submission_dir is not None:
+            self.storage.fill(Path(submission_dir), notebook_name)
         self.client: _CappedClient | None = None
         self._good_cells: list[int] = []
         self._bridge_source: str | None = None
-        self._context: zmq.asyncio.Context | None = None
         self._answered = False  # did the kernel answer the last request in time?
+        self._watch: threading.Thread | None = None
+        self._watching = threading.Event()
+        self._full: list[str] = []  # what the watchdog found filled
+
+    @property
+    def workdir(self) -> Path:
+        return self.storage.workdir
+
+    @property
+    def km(self):
+        return self.launcher.km
 
     # -- kernel life cycle -----------------------------------------------------
     def start(self, nb: nbformat.NotebookNode) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        # The kernel may run under an unprivileged uid of its own: let it write here.
-        hand_over(self.workdir, self.slot)
-        server = self._fork_server()
-        try:
-            self._start_kernel(nb, server)
-        except forkserver.ForkServerError as exc:
-            # Slower, same isolation: start this kernel from scratch.
-            log.warning("fork server failed (%s); starting the kernel from scratch", exc)
-            self.shutdown()
-            self._start_kernel(nb, None)
-
-    def _fork_server(self):
-        if not self.use_fork_server:
-            return None
-        if not self.workdir.resolve().is_relative_to(forkserver.scratch_root().resolve()):
-            return None
-        return forkserver.get(self.slot, self.hidden)
-
-    def _start_kernel(self, nb: nbformat.NotebookNode, server) -> None:
-        self._context = zmq.asyncio.Context()
-        self.km = SandboxedKernelManager(
-            kernel_name="python3",
-            workdir=self.workdir,
-            limits=self.limits,
-            slot=self.slot,
-            hidden=self.hidden,
-            fork_server=server,
-            client_class="autograder.quickstart.QuickStartKernelClient",
-            # Ours, not the manager's: it would destroy it waiting 100 ms for messages
-            # that a killed kernel will never read.
-            context=self._context,
-            transport="ipc",
-            ip=str(self.workdir / ".kernel-ipc"),
-        )
-        self.km.connection_file = str(self.workdir / ".kernel-connection.json")
-        # Signals cannot cross into the sandbox's PID namespace: interrupt through
-        # the control channel instead, and ipykernel signals itself.
-        self.km.kernel_spec.interrupt_mode = "message"
-        # The kernel's own console chatter is of no use to anyone grading.
-        run_sync(self.km.start_kernel)(
-            env=kernel_environment(self.workdir),
-            cwd=str(self.workdir),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        km = self.launcher.start()
         self.client = _CappedClient(
             nb,
-            km=self.km,
+            km=km,
             timeout=self.cell_timeout,
             startup_timeout=120,
             allow_errors=True,
@@ -205,34 +138,35 @@ class KernelSession:
             resources={"metadata": {"path": str(self.workdir)}},
         )
         self.client.start_new_kernel_client()
+        self._start_watchdog()
 
     def shutdown(self) -> None:
+        self._stop_watchdog()
         if self.client is not None and self.client.kc is not None:
             with contextlib.suppress(Exception):
                 self.client.kc.stop_channels()
-        if self.km is not None:
-            with contextlib.suppress(Exception):
-                run_sync(kill_kernel_now)(self.km)
-            with contextlib.suppress(Exception):
-                run_sync(self.km.cleanup_resources)()
-        if self._context is not None:
-            self._context.destroy(linger=0)
-            self._context = None
-        # Nothing of this kernel may outlive it, not even a daemon that left its tree.
-        kill_strays(self.slot, everything=True)
-        self.km = self.client = None
+        self.launcher.stop()
+        self.client = None
+
+    def close(self) -> None:
+        """Stop the kernel and give back its storage (memory and disk)."""
+        self.shutdown()
+        self.storage.close()
 
     def alive(self) -> bool:
         return self.km is not None and run_sync(self.km.is_alive)()
 
     def _restart(self, nb: nbformat.NotebookNode, reason: str) -> bool:
-        """Fresh kernel, then replay the cells that had worked. False if out of restarts."""
+        """Fresh kernel on empty areas, then replay the cells that had worked.
+
+        False if out of restarts or time."""
         if self.restarts >= self.max_restarts or self.remaining() <= 0:
             self.events.append(f"kernel not restarted after: {reason}")
             return False
         self.restarts += 1
         self.events.append(f"kernel restarted ({reason}); replaying {len(self._good_cells)} cells")
         self.shutdown()
+        self.storage.reset()
         # Replay on a copy: the outputs that count are the ones already recorded.
         replay = copy.deepcopy(nb)
         self.start(replay)
@@ -248,6 +182,46 @@ class KernelSession:
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
+
+    # -- the storage watchdog ------------------------------------------------------
+    def _start_watchdog(self) -> None:
+        self._full = []
+        self._watching.set()
+        self._watch = threading.Thread(target=self._watchdog, daemon=True,
+                                       name=f"autograder-caps-{self.slot}")
+        self._watch.start()
+
+    def _stop_watchdog(self) -> None:
+        self._watching.clear()
+        if self._watch is not None:
+            self._watch.join()
+            self._watch = None
+
+    def _watchdog(self) -> None:
+        """Kill the kernel the moment one of its areas is full: a cell that writes in a
+        loop and ignores the errors would otherwise spin until its time limit."""
+        while self._watching.is_set():
+            started = time.monotonic()
+            full = self.storage.full_areas()
+            if full:
+                self._full = full
+                self.launcher.kill()
+                return
+            # A few statvfs calls cost microseconds; walking a big folder (no mounts)
+            # can cost a lot more: never spend more than a fifth of the time looking.
+            time.sleep(max(WATCH_SECONDS, 4 * (time.monotonic() - started)))
+
+    def _caps_reached(self) -> list[str]:
+        """What is full now (or was, when the watchdog stopped the kernel)."""
+        return self._full or self.storage.full_areas()
+
+    def _stopped_at_cap(self, nb, cell, label: str, full: list[str]) -> bool:
+        """Note the cap in the cell and the events, then restart; False if that failed."""
+        for what in full:
+            cell.setdefault("outputs", []).append(
+                _note_output(f"[autograder] {what}: the cell was stopped"))
+            self.events.append(f"{label} {what}: the cell was stopped")
+        return self._restart(nb, f"{label} reached a storage cap")
 
     # -- running the notebook ----------------------------------------------------
     def run_notebook(self, nb: nbformat.NotebookNode, skip=lambda cell: False) -> None:
@@ -266,8 +240,19 @@ class KernelSession:
             try:
                 self.client.execute_cell(cell, index)
             except DeadKernelError:
+                full = self._caps_reached()
+                if full:
+                    if not self._stopped_at_cap(nb, cell, label, full):
+                        break
+                    continue
                 self.events.append(f"{label} stopped the kernel (exit, crash or memory limit)")
                 if not self._restart(nb, f"{label} stopped it"):
+                    break
+                continue
+            full = self._caps_reached()
+            if full:
+                self.launcher.kill()
+                if not self._stopped_at_cap(nb, cell, label, full):
                     break
                 continue
             if kill_strays(self.slot):
@@ -335,7 +320,15 @@ class KernelSession:
         return reply["content"]
 
     def ensure_alive(self, nb: nbformat.NotebookNode) -> bool:
-        """Called by the checks between requests: restart (and replay) a dead or stuck kernel."""
+        """Called by the checks between requests: restart (and replay) a dead or stuck
+        kernel, or one whose storage is full."""
+        full = self._caps_reached()
+        if full:
+            self.launcher.kill()
+            for what in full:
+                self.events.append(f"while the checks ran, the submission {what}; "
+                                   "the kernel was restarted")
+            return self._restart(nb, "a storage cap was reached during the checks")
         # After an answered request a live process is enough; after a time-out or a
         # crash, make sure the kernel answers again before sending it more work.
         if self._answered and self.alive():
@@ -344,19 +337,3 @@ class KernelSession:
             self._answered = True
             return True
         return self._restart(nb, "it stopped answering during the checks")
-
-
-def prepare_workdir(submission_dir: Path, workdir: Path, notebook_name: str) -> None:
-    """Copy a submission's files (not its notebook, which is passed sanitised) into workdir."""
-    if workdir.exists():
-        shutil.rmtree(workdir)
-    workdir.mkdir(parents=True)
-    if submission_dir.is_dir():
-        for item in submission_dir.iterdir():
-            if item.name == notebook_name or item.is_symlink():
-                continue
-            target = workdir / item.name
-            if item.is_dir():
-                shutil.copytree(item, target, symlinks=False, ignore_dangling_symlinks=True)
-            elif item.is_file():
-                shutil.copy2(item, target)

@@ -7,10 +7,12 @@ the usual provisioner runs ``Popen(kernel_cmd)``, this one asks the zygote for a
 child, and polls, signals and kills that child through the zygote.
 
 The fork server is used when it can give the same isolation as the plain sandbox:
-as root with bubblewrap (the child mounts its own ``/tmp`` before dropping to the
-slot's uid), or without bubblewrap (limits only, as before). A non-root grader with
-bubblewrap, ``AUTOGRADER_FORKSERVER=0``, or a zygote that fails to start all fall
-back to starting each kernel from scratch; grading is slower, nothing else changes.
+as root with bubblewrap (the child binds its submission's own ``/tmp`` and ``/dev/shm``
+before dropping to the slot's uid), or without bubblewrap (limits only, as before).
+Only :mod:`autograder.launcher` uses it. A grader with bubblewrap that cannot mount
+(not root, or ``AUTOGRADER_NO_MOUNTS=1``), ``AUTOGRADER_FORKSERVER=0``, or a zygote
+that fails to start all fall back to starting each kernel from scratch; grading is
+slower, nothing else changes.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import json
 import logging
 import os
 import select
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,14 +32,10 @@ from pathlib import Path
 
 from jupyter_client.provisioning import LocalProvisioner
 
-from .sandbox import (
-    Limits,
-    bwrap_arguments,
-    bwrap_path,
-    kernel_environment,
-    sandbox_uid,
-    visible_paths,
-)
+from .confine import INSIDE_DIR
+from .limits import COVER_BYTES
+from .sandbox import bwrap_arguments, bwrap_path, kernel_environment
+from .storage import can_mount, scratch_root
 
 #: Imported once by each zygote: what every kernel would otherwise import itself.
 PRELOAD = (
@@ -52,17 +49,7 @@ PRELOAD = (
     "toolkit",
 )
 _ZYGOTE_FILE = Path(__file__).resolve().parent / "zygote.py"
-_INNER_ZYGOTE = "/autograder-zygote.py"
-_STAGE = "/.autograder-stage"  # autograder.zygote.STAGE
-_OLD_TMP = "/.autograder-old-tmp"  # autograder.zygote.OLD_TMP
 log = logging.getLogger(__name__)
-
-
-def kernel_start_mode() -> str:
-    """What ``autograder grade`` prints about how kernels start."""
-    if enabled():
-        return "forked from a preloaded template (fork server)"
-    return "started from scratch (fork server off)"
 
 
 class ForkServerError(RuntimeError):
@@ -72,9 +59,9 @@ class ForkServerError(RuntimeError):
 def enabled() -> bool:
     if os.environ.get("AUTOGRADER_FORKSERVER", "1") == "0":
         return False
-    # A non-root grader's bubblewrap drops every capability: the child could not
-    # mount its private /tmp, so it would share one with earlier submissions.
-    return bwrap_path() is None or os.geteuid() == 0
+    # In bubblewrap, a forked kernel needs root's right to mount for its private /tmp
+    # and /dev/shm; without it, it would share one with earlier submissions.
+    return bwrap_path() is None or can_mount()
 
 
 class ForkServer:
@@ -82,9 +69,6 @@ class ForkServer:
 
     def __init__(self, slot: int, scratch_root: Path, hidden: tuple[Path, ...]):
         self.slot, self.scratch_root, self.hidden = slot, Path(scratch_root), tuple(hidden)
-        self.sandboxed = bwrap_path() is not None
-        # What the sandbox shows under /tmp, which a child's fresh /tmp must show again.
-        self._keep = [[str(p), ro] for p, ro in visible_paths() if p.is_relative_to("/tmp")]
         self._lock = threading.Lock()
         self._log = tempfile.TemporaryFile()
         env = kernel_environment(self.scratch_root)
@@ -114,11 +98,11 @@ class ForkServer:
         bwrap = bwrap_path()
         if bwrap is None:
             return zygote
-        args = bwrap_arguments(bwrap, writable=self.scratch_root, hidden=self.hidden)
-        args += ["--perms", "0700", "--dir", _STAGE, "--perms", "0700", "--dir", _OLD_TMP]
+        # The zygote's own /tmp holds only mount points: each child binds its own.
+        args = bwrap_arguments(bwrap, writable=self.scratch_root, hidden=self.hidden,
+                               tmp=COVER_BYTES, shm=None)
         args += ["--chdir", "/"]
-        args += ["--ro-bind", str(_ZYGOTE_FILE), _INNER_ZYGOTE]
-        return [*args, "--", sys.executable, _INNER_ZYGOTE, *PRELOAD]
+        return [*args, "--", sys.executable, f"{INSIDE_DIR}/zygote.py", *PRELOAD]
 
     # -- talking to the zygote --------------------------------------------------------
     def _read_reply(self, timeout: float) -> dict:
@@ -146,8 +130,9 @@ class ForkServer:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def spawn(self, connection_file: Path, workdir: Path, env: dict, limits: Limits):
-        """Fork a kernel for ``workdir`` (which must lie inside ``scratch_root``)."""
+    def spawn(self, connection_file: Path, workdir: Path, env: dict, settings: dict):
+        """Fork a kernel for ``workdir`` (which must lie inside ``scratch_root``);
+        ``settings`` are what :mod:`autograder.confine` applies: limits, uid, storage."""
         workdir = Path(workdir).resolve()
         if not workdir.is_relative_to(self.scratch_root.resolve()):
             raise ValueError(f"{workdir} is not inside the fork server's {self.scratch_root}")
@@ -155,18 +140,10 @@ class ForkServer:
             "op": "spawn",
             "connection_file": str(connection_file),
             "workdir": str(workdir),
-            "cover": str(self.scratch_root.resolve()),
             "env": env,
-            "limits": {
-                "as": limits.address_space,
-                "cpu": limits.cpu_seconds,
-                "nproc": limits.processes,
-                "fsize": limits.file_size,
-                "nofile": limits.open_files,
-            },
-            "uid": sandbox_uid(self.slot),
-            "mounts": self.sandboxed,
-            "keep": self._keep,
+            "limits": settings["limits"],
+            "uid": settings["uid"],
+            "storage": settings["storage"],
         })
         if "pid" not in reply:
             raise ForkServerError(f"the fork server could not start a kernel: {reply.get('error')}")
@@ -235,7 +212,7 @@ class ForkedKernelProvisioner(LocalProvisioner):
         # What bubblewrap's --chdir and --setenv give a kernel started from scratch.
         env.update(PWD=str(kwargs["cwd"]), TMPDIR="/tmp")
         self.process = self.fork_server.spawn(
-            Path(km.connection_file), Path(kwargs["cwd"]), env, km.limits
+            Path(km.connection_file), Path(kwargs["cwd"]), env, km.launcher.settings()
         )
         self.pid, self.pgid = self.process.pid, None  # signals go through the zygote
         self.cwd = kwargs.get("cwd")
@@ -253,19 +230,7 @@ class ForkedKernelProvisioner(LocalProvisioner):
 
 # -- one set of zygotes per grading process ------------------------------------------
 _servers: dict[tuple, ForkServer] = {}
-_scratch_root: Path | None = None
 _failures: set[tuple] = set()
-_registry_lock = threading.Lock()
-
-
-def scratch_root() -> Path:
-    """This process's directory for submission working copies (one per process)."""
-    global _scratch_root
-    with _registry_lock:
-        if _scratch_root is None or not _scratch_root.is_dir():
-            _scratch_root = Path(tempfile.mkdtemp(prefix="autograder-worker-"))
-            os.chmod(_scratch_root, 0o755)
-        return _scratch_root
 
 
 def get(slot: int, hidden: tuple[Path, ...]) -> ForkServer | None:
@@ -302,5 +267,3 @@ def close_all() -> None:
     for server in _servers.values():
         server.close()
     _servers.clear()
-    if _scratch_root is not None:
-        shutil.rmtree(_scratch_root, ignore_errors=True)

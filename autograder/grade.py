@@ -1,10 +1,11 @@
 """``autograder grade``: grade every submission of an assignment, in parallel, resumably.
 
-The main process prepares jobs (reading and sanitising notebooks needs the
-gradebook), hands them to workers (a local process pool by default, or a Dask
-cluster with ``--scheduler``), and records each result as it arrives: it is the
-gradebook's only writer. A student's results file is written last, so a run that
-is interrupted (Ctrl-C, a killed process) and started again grades only the
+The main process prepares jobs (:class:`~autograder.jobs.Job`; reading and
+sanitising notebooks needs the gradebook), hands them to workers (a local process
+pool by default, or a Dask cluster with ``--scheduler``), and records each
+:class:`~autograder.jobs.NotebookResult` as it arrives: it is the gradebook's only
+writer. A student's results file is written last, so a run that is interrupted
+(Ctrl-C, a killed process, a full disk) and started again grades only the
 submissions that had not finished, unless ``force`` is given.
 """
 
@@ -18,14 +19,13 @@ import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-import nbformat
 from tqdm import tqdm
 
-from . import forkserver
 from . import gradebook as writer
-from .course import AssignmentSpec, Course
-from .runner import grade_notebook
-from .sandbox import isolation_level
+from .course import AssignmentSpec, Course, CourseError
+from .execute import kernel_start_mode
+from .jobs import Job, NotebookResult
+from .runner import describe_isolation, grade_notebook
 from .sanitize import NotGradable, grade_cell_ids, read_submission, sanitize
 
 
@@ -42,12 +42,25 @@ def submission_digest(submission_dir: Path) -> str:
 
 def _job(
     course: Course, spec: AssignmentSpec, student: str, notebook_id: str, gb, auto_points: dict
-) -> tuple:
-    """(job for a worker, or None with the outcome of a notebook that cannot run)."""
+) -> Job | NotebookResult:
+    """The job for a worker, or the result of a notebook that cannot run at all."""
     submission_dir = course.path("submitted", student, spec.name)
+    job = Job(
+        student=student,
+        assignment=spec.name,
+        notebook_id=notebook_id,
+        notebook=None,
+        submission_dir=submission_dir,
+        test_cell_ids=tuple(sorted(auto_points)),
+        checks_dir=spec.checks_dir(),
+        assignment_dir=spec.path,
+        limits=spec.limits,
+        forbid=tuple(spec.forbid),
+        hidden=(course.root, course.assignments_dir, spec.checks_dir()),
+    )
     try:
         nb = read_submission(submission_dir / f"{notebook_id}.ipynb")
-        nb, findings = sanitize(
+        job.notebook, job.findings = sanitize(
             nb,
             db_url=course.db_url,
             assignment=spec.name,
@@ -56,39 +69,12 @@ def _job(
             gradebook=gb,
         )
     except NotGradable as exc:
-        outcome = {
-            "notebook": None,
-            "checks": [],
-            "events": [f"not graded: {exc}"],
-            "findings": [],
-            "isolation": isolation_level(),
-            "seconds": 0.0,
-        }
-        return None, outcome
-    job = {
-        "student": student,
-        "assignment": spec.name,
-        "notebook_id": notebook_id,
-        "notebook": nb,
-        "submission_dir": str(submission_dir),
-        "test_cell_ids": sorted(auto_points),
-        "checks_dir": str(spec.checks_dir()),
-        "cell_timeout": spec.cell_timeout,
-        "submission_timeout": spec.submission_timeout,
-        "call_timeout": spec.call_timeout,
-        "memory_bytes": spec.memory_bytes,
-        "forbid": spec.forbid,
-        "hidden": [str(course.root), str(course.assignments_dir), str(spec.checks_dir())],
-        "findings": findings,
-    }
-    return job, None
+        return NotebookResult.not_run(job, f"not graded: {exc}", describe_isolation(job.limits))
+    return job
 
 
-def _run_job(job: dict) -> dict:
-    result = grade_notebook(job)
-    result["findings"] = job.get("findings", [])
-    result["notebook"] = nbformat.from_dict(result["notebook"])
-    return result
+def _run_job(job: Job) -> NotebookResult:
+    return grade_notebook(job)
 
 
 def pending_students(course: Course, spec: AssignmentSpec, students, force: bool) -> dict[str, str]:
@@ -96,8 +82,6 @@ def pending_students(course: Course, spec: AssignmentSpec, students, force: bool
     chosen = students or course.students_with_submissions(spec.name)
     missing = [s for s in chosen if not course.path("submitted", s, spec.name).is_dir()]
     if missing:
-        from .course import CourseError
-
         raise CourseError(
             f"no submission of '{spec.name}' for: {', '.join(missing)} "
             f"(expected {course.path('submitted', missing[0], spec.name)})"
@@ -126,13 +110,12 @@ def grade(
     course.require()
     spec = course.spec(name)
     if cell_timeout:
-        spec = dataclasses.replace(spec, cell_timeout=cell_timeout)
+        limits = dataclasses.replace(spec.limits, cell_timeout=cell_timeout)
+        spec = dataclasses.replace(spec, limits=limits)
     with course.gradebook() as gb:
         try:
             gb.find_assignment(spec.name)
         except Exception:
-            from .course import CourseError
-
             raise CourseError(
                 f"'{name}' has not been released: run `autograder release {name}`"
             ) from None
@@ -144,13 +127,14 @@ def grade(
         )
     todo = pending_students(course, spec, students, force)
     skipped = [s for s in all_students if s not in todo]
-    isolation = isolation_level()
+    isolation = describe_isolation(spec.limits)
     log(
         f"Grading {spec.name}: {len(todo)} submission(s) to grade, {len(skipped)} already graded; "
-        f"isolation: {isolation}; kernels: {forkserver.kernel_start_mode()}"
+        f"isolation: {isolation}; kernels: {kernel_start_mode()}"
     )
     if not todo:
         return {"graded": [], "skipped": skipped, "isolation": isolation}
+    writer.ensure_room(course)  # a full disk stops us here, before anything is written
 
     jobs, pending = [], {}
     with course.gradebook() as gb:
@@ -163,10 +147,10 @@ def grade(
             }
             for notebook_id in spec.notebooks:
                 points, manual = cells[notebook_id]
-                job, outcome = _job(course, spec, student, notebook_id, gb, points)
                 pending[student]["notebooks"][notebook_id] = (points, manual)
-                if job is None:
-                    _finish(course, spec, student, notebook_id, outcome, pending)
+                job = _job(course, spec, student, notebook_id, gb, points)
+                if isinstance(job, NotebookResult):
+                    _finish(course, spec, job, pending)
                 else:
                     jobs.append(job)
 
@@ -180,32 +164,25 @@ def grade(
     try:
         for job, result in _execute(jobs, workers, scheduler):
             if isinstance(result, BaseException):
-                result = {
-                    "notebook": job["notebook"],
-                    "checks": [],
-                    "findings": job["findings"],
-                    "events": [f"grading error: {type(result).__name__}: {result}"[:500]],
-                    "isolation": isolation,
-                    "seconds": 0.0,
-                }
-            _finish(course, spec, job["student"], job["notebook_id"], result, pending)
+                error = f"grading error: {type(result).__name__}: {result}"
+                result = NotebookResult.not_run(job, error, isolation)
+            _finish(course, spec, result, pending)
             bar.update(1)
+    except writer.DiskFull as exc:
+        done = sum(1 for state in pending.values() if state.get("recorded"))
+        raise writer.DiskFull(f"{exc} ({done} of {len(todo)} submissions were recorded "
+                              "in this run)") from None
     finally:
         bar.close()
     return {"graded": list(todo), "skipped": skipped, "isolation": isolation}
 
 
-def _finish(course, spec, student, notebook_id, outcome, pending) -> None:
+def _finish(course, spec, result: NotebookResult, pending) -> None:
+    """Record one notebook; once a student's last notebook is in, their results file."""
+    student, notebook_id = result.student, result.notebook_id
     points, manual = pending[student]["notebooks"][notebook_id]
     summary = writer.record(
-        course,
-        spec,
-        student,
-        notebook_id,
-        outcome,
-        points,
-        manual,
-        course.path("submitted", student, spec.name),
+        course, spec, result, points, manual, course.path("submitted", student, spec.name)
     )
     state = pending[student]
     state.setdefault("done", {})[notebook_id] = summary
@@ -222,9 +199,10 @@ def _finish(course, spec, student, notebook_id, outcome, pending) -> None:
                 "notebooks": state["done"],
             },
         )
+        state["recorded"] = True
 
 
-def _execute(jobs: list[dict], workers: int | None, scheduler: str | None):
+def _execute(jobs: list[Job], workers: int | None, scheduler: str | None):
     """Yield ``(job, result or exception)`` as results arrive, from a local pool or Dask."""
     if not jobs:
         return
@@ -238,7 +216,7 @@ def _execute(jobs: list[dict], workers: int | None, scheduler: str | None):
                     _run_job,
                     job,
                     pure=False,
-                    key=f"grade-{job['student']}-{job['notebook_id']}-{os.urandom(4).hex()}",
+                    key=f"grade-{job.student}-{job.notebook_id}-{os.urandom(4).hex()}",
                 ): job
                 for job in jobs
             }

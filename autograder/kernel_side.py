@@ -15,6 +15,7 @@ does every comparison itself.
 import json
 import sys
 import traceback
+import types
 
 
 class _AutograderBridge:
@@ -22,25 +23,91 @@ class _AutograderBridge:
 
     def __init__(self, namespace):
         self.ns = namespace
+        self._sites_cache = {}  # forbid list -> (len(sys.modules), sites, labels)
+        self.site_scans = 0  # how often the modules were walked (a test reads it)
 
     # -- shortcuts a check forbids -------------------------------------------
+    # A forbidden name stands for an *object*, wherever it is reachable: the toolkit
+    # re-exports its functions from packages (``toolkit.position.apply_rope`` is
+    # ``toolkit.position.rope.apply_rope``) and modules import each other's, so every
+    # module-level reference to the object in the loaded modules of its top-level package
+    # is replaced, and so is every name in the student's namespace bound to it. Finding
+    # them means walking those modules (all of torch for a torch name), so the places are
+    # worked out once per forbid list and reused until another module is imported.
+
     def _resolve(self, dotted):
+        """``(owner, attribute, object)`` for a dotted name among loaded modules, or Nones."""
         module_name, _, attr = dotted.rpartition(".")
         while module_name:
             module = sys.modules.get(module_name)
             if module is not None:
-                obj = module
-                for part in dotted[len(module_name) + 1 :].split("."):
-                    obj = getattr(obj, part, None)
-                    if obj is None:
+                owner = module
+                *path, attr = dotted[len(module_name) + 1 :].split(".")
+                for part in path:  # nested attribute, e.g. torch.nn.MultiheadAttention.forward
+                    owner = getattr(owner, part, None)
+                    if owner is None:
                         return None, None, None
-                return module, attr, obj
+                obj = getattr(owner, attr, None)
+                return (owner, attr, obj) if obj is not None else (None, None, None)
             module_name, _, _ = module_name.rpartition(".")
         return None, None, None
+
+    def _targets(self, name):
+        """``[(owner, attribute, object)]``: what the forbidden ``name`` stands for."""
+        owner, attr, obj = self._resolve(name)
+        module = obj if owner is not None else sys.modules.get(name)
+        if isinstance(module, types.ModuleType):
+            # A whole module or package: every public callable it defines itself (not
+            # what it merely imports, such as torch.Tensor).
+            depth = name.count(".") + 1
+            return [
+                (module, key, value)
+                for key, value in list(vars(module).items())
+                if callable(value)
+                and not key.startswith("_")
+                and (getattr(value, "__module__", None) or "").split(".")[:depth]
+                == name.split(".")
+            ]
+        return [] if owner is None else [(owner, attr, obj)]
+
+    def _forbidden_sites(self, forbidden):
+        """``([(owner, attribute, original, label)], {id(original): label})``, cached."""
+        key = tuple(forbidden)
+        cached = self._sites_cache.get(key)
+        if cached is not None and cached[0] == len(sys.modules):
+            return cached[1], cached[2]
+        self.site_scans += 1
+        sites, labels, by_package = [], {}, {}
+        for name in forbidden:
+            for owner, attr, obj in self._targets(name):
+                labels.setdefault(id(obj), name)  # listed twice: reported as first listed
+                sites.append((owner, attr, obj, labels[id(obj)]))
+                by_package.setdefault(name.split(".")[0], {})[id(obj)] = obj
+        for package, objects in by_package.items():
+            prefix = package + "."
+            for module_name, module in list(sys.modules.items()):
+                if module_name != package and not module_name.startswith(prefix):
+                    continue
+                namespace = getattr(module, "__dict__", None)
+                if not isinstance(namespace, dict):
+                    continue
+                for attr, value in list(namespace.items()):
+                    obj = objects.get(id(value))
+                    if obj is not None and obj is value:
+                        sites.append((module, attr, obj, labels[id(obj)]))
+        # One swap per place, even when a place was found twice (the name's own attribute).
+        unique = {}
+        for site in sites:
+            unique.setdefault((id(site[0]), site[1]), site)
+        sites = list(unique.values())
+        self._sites_cache[key] = (len(sys.modules), sites, labels)
+        return sites, labels
 
     def _guard(self, forbidden, violations):
         """Replace forbidden callables by tripwires; return the undo list."""
         undo = []
+        if not forbidden:
+            return undo
 
         def tripwire(name, original):
             def _blocked(*args, **kwargs):
@@ -50,35 +117,19 @@ class _AutograderBridge:
             _blocked.__wrapped_original__ = original
             return _blocked
 
-        for name in forbidden:
-            module = sys.modules.get(name)
-            if module is not None and hasattr(module, "__dict__"):
-                # A whole module: every public callable in it.
-                # Only what the module defines, not what it imports (torch.Tensor...).
-                for attr, value in list(vars(module).items()):
-                    defined_here = getattr(value, "__module__", None) == name
-                    if callable(value) and defined_here and not attr.startswith("_"):
-                        self._swap(module, attr, value, tripwire(f"{name}.{attr}", value), undo)
-                continue
-            parent_name, _, attr = name.rpartition(".")
-            parent = sys.modules.get(parent_name)
-            if parent is None:
-                parent, attr, _ = self._resolve(name)
-                if parent is None:
-                    continue
-                # nested attribute, e.g. torch.nn.MultiheadAttention.forward
-                *path, attr = name[len(parent.__name__) + 1 :].split(".")
-                for part in path:
-                    parent = getattr(parent, part)
-            original = getattr(parent, attr, None)
-            if original is not None:
-                self._swap(parent, attr, original, tripwire(name, original), undo)
-        # Names the student imported directly (``from m import f``).
-        replaced = {id(orig): new for (_, _, orig, new) in undo}
+        sites, labels = self._forbidden_sites(forbidden)
+        blocked = {}
+        for owner, attr, original, name in sites:
+            if getattr(owner, attr, None) is original:
+                new = blocked.setdefault(id(original), tripwire(name, original))
+                self._swap(owner, attr, original, new, undo)
+        # Names the student bound to a forbidden object (``from m import f as g``).
         for key, value in list(self.ns.items()):
-            if id(value) in replaced and not key.startswith("_"):
-                undo.append((self.ns, key, value, replaced[id(value)]))
-                self.ns[key] = replaced[id(value)]
+            name = labels.get(id(value))
+            if name is not None and key != "__autograder__":
+                new = blocked.setdefault(id(value), tripwire(name, value))
+                undo.append((self.ns, key, value, new))
+                self.ns[key] = new
         return undo
 
     @staticmethod
@@ -147,13 +198,25 @@ class _AutograderBridge:
 
     # -- requests --------------------------------------------------------------
     def handle(self, request_path):
-        import torch
+        """Answer the request in ``request_path``: inputs from its safetensors file, the
+        reply written to the JSON and safetensors files the request names."""
         from safetensors.torch import load_file, save_file
 
         with open(request_path) as f:
             request = json.load(f)
-        out_json, out_tensors = request["reply"], request["reply_tensors"]
         tensors = load_file(request["tensors"]) if request.get("tensors") else {}
+        reply, result_tensors = self.respond(request, tensors)
+        if result_tensors:
+            save_file(result_tensors, request["reply_tensors"])
+        with open(request["reply"], "w") as f:
+            json.dump(reply, f)
+
+    def respond(self, request, tensors):
+        """``(reply, result tensors)`` for a decoded request, with no files involved.
+
+        The grader also uses this, in a trusted process and on instructor code only, to
+        replay a check's requests against the named mistakes (autograder.diagnosis).
+        """
         violations = []
         reply = {"ok": True, "violations": violations}
         result_tensors = {}
@@ -165,13 +228,10 @@ class _AutograderBridge:
             reply["result"] = self._encode(result, result_tensors)
         except BaseException as exc:  # noqa: B036 - a student's SystemExit is a result too
             reply.update(ok=False, error=self._describe(exc))
+            result_tensors = {}
         finally:
             self._unguard(undo)
-        if result_tensors:
-            save_file(result_tensors, out_tensors)
-        with open(out_json, "w") as f:
-            json.dump(reply, f)
-        del torch
+        return reply, result_tensors
 
     def _lookup(self, name):
         if name not in self.ns:

@@ -13,6 +13,7 @@ size-capped and validated here, and all comparisons happen in this process.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -24,12 +25,14 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save_file
 
-from .sandbox import hand_over
+from .limits import Limits
+from .slots import hand_over
 
 MAX_REPLY_JSON = 1 * 2**20
 MAX_REPLY_TENSORS = 64 * 2**20
 MAX_ITEMS = 256
 MAX_DEPTH = 4
+_FILE_FIELDS = ("tensors", "reply", "reply_tensors")
 
 
 class SubmissionError(Exception):
@@ -40,11 +43,25 @@ class ForbiddenShortcut(SubmissionError):
     """The student's code called a function the exercise asks them to write themselves."""
 
 
+@dataclasses.dataclass
+class Exchange:
+    """One request a check sent to the kernel and what came back, kept for the diagnosis.
+
+    ``request`` is the JSON request without its file paths and ``tensors`` its inputs, as
+    the kernel received them; ``outcome`` is the decoded result or the SubmissionError.
+    """
+
+    request: dict
+    tensors: dict[str, torch.Tensor]
+    outcome: Any
+
+
 class Submission:
     """What a hidden check sees of a submission: a way to evaluate its names on our inputs."""
 
     def __init__(
-        self, session, nb, exchange_dir: Path, forbid: tuple[str, ...] = (), call_timeout=60
+        self, session, nb, exchange_dir: Path, forbid: tuple[str, ...] = (),
+        call_timeout: float = Limits.call_timeout,
     ):
         self._session = session
         self._nb = nb
@@ -54,6 +71,8 @@ class Submission:
         self._counter = itertools.count()
         self.default_forbid = tuple(forbid)
         self.call_timeout = call_timeout
+        #: When a list, every request and its outcome is appended (see :class:`Exchange`).
+        self.transcript: list[Exchange] | None = None
 
     # -- the public API used by checks -------------------------------------------
     def call(self, name: str, *args, forbid=None, seed=None, timeout=None, **kwargs) -> Any:
@@ -119,6 +138,10 @@ class Submission:
         init=None,
         **fields,
     ) -> Any:
+        # First: a kernel that crashed, hangs or filled its storage is restarted here,
+        # on empty storage, before this request's files are written into it.
+        if not self._session.ensure_alive(self._nb):
+            raise SubmissionError("the kernel is not running (it crashed or was stopped earlier)")
         n = next(self._counter)
         tensors: dict[str, torch.Tensor] = {}
         request = {"kind": kind, **fields}
@@ -144,9 +167,23 @@ class Submission:
         for p in paths.values():
             if p.exists():
                 hand_over(p, self._session.slot)
-        self._run_in_kernel(
-            f"__autograder__.handle({str(paths['request.json'])!r})", timeout or self.call_timeout
-        )
+        exchange = None
+        if self.transcript is not None:
+            plain = {k: v for k, v in request.items() if k not in _FILE_FIELDS}
+            exchange = Exchange(plain, dict(tensors), None)
+            self.transcript.append(exchange)
+        try:
+            result = self._answer(paths, timeout or self.call_timeout)
+        except SubmissionError as exc:
+            if exchange is not None:
+                exchange.outcome = exc
+            raise
+        if exchange is not None:
+            exchange.outcome = result
+        return result
+
+    def _answer(self, paths: dict[str, Path], timeout: float) -> Any:
+        self._run_in_kernel(f"__autograder__.handle({str(paths['request.json'])!r})", timeout)
         reply = _read_json(paths["reply.json"])
         for name in (
             reply.get("violations", []) if isinstance(reply.get("violations"), list) else []
@@ -160,11 +197,9 @@ class Submission:
         result_tensors = load_safetensors(blob) if blob else {}
         for p in paths.values():
             p.unlink(missing_ok=True)
-        return _decode(reply.get("result"), result_tensors, 0)
+        return decode_reply(reply, result_tensors)
 
     def _run_in_kernel(self, code: str, timeout: float) -> None:
-        if not self._session.ensure_alive(self._nb):
-            raise SubmissionError("the kernel is not running (it crashed or was stopped earlier)")
         try:
             content = self._session.execute_silently(code, timeout=timeout)
         except TimeoutError:
@@ -235,6 +270,11 @@ def _read_json(path: Path) -> dict:
     if not isinstance(reply, dict):
         raise SubmissionError("the kernel's reply has the wrong structure")
     return reply
+
+
+def decode_reply(reply: dict, tensors: dict[str, torch.Tensor]) -> Any:
+    """The value an ``ok`` reply carries, validated (see :func:`_decode`)."""
+    return _decode(reply.get("result"), tensors, 0)
 
 
 def _decode(spec, tensors, depth) -> Any:

@@ -1,12 +1,16 @@
 """``autograder report``: who scored what, why, and what the class got wrong.
 
 Each record (one per student) has ``student``, ``score`` and ``max_score``
-(auto-graded points only), ``manual_pending`` (points still waiting for a human),
-``manual_score`` (points a human already gave), ``exercises`` (per grade cell),
-``failed_checks`` and ``notes`` (time-outs, tampering, unreadable notebooks).
+(automatic points, from the hidden checks), ``manual_max`` (points of the written
+answers), ``manual_score`` (points a person already gave), ``manual_pending`` (points
+still waiting for a person), ``total`` and ``total_max`` (both together), ``exercises``
+(per grade cell: score, checks passed, whether it was attempted, diagnosed mistakes),
+``failed_checks``, ``diagnoses`` and ``notes`` (time-outs, tampering, unreadable
+notebooks, a gradebook that no longer matches what ``grade`` wrote).
 
-The item analysis gives, per exercise, the share of students with full marks,
-and for each failed check how many students it caught and the pitfall it names.
+The item analysis gives, per exercise, the share of students with full marks, how many
+did not attempt it, the named mistakes diagnosed and how often, and the failed checks
+that no diagnosis explains, with the pitfall each points to.
 """
 
 from __future__ import annotations
@@ -36,22 +40,33 @@ def collect(course: Course, name: str) -> list[dict]:
                 "student": student,
                 "score": 0.0,
                 "max_score": 0.0,
+                "manual_max": 0.0,
                 "manual_score": 0.0,
                 "manual_pending": 0.0,
                 "exercises": {},
                 "failed_checks": [],
+                "diagnoses": [],
                 "notes": [],
             }
             for nb_id, summary in result["notebooks"].items():
                 for gid, cell in summary["cells"].items():
+                    diagnosed = [d for d in summary.get("diagnoses", [])
+                                 if d["grade_cell"] == gid]
                     record["exercises"][gid] = {
                         "score": cell["score"],
                         "max_score": cell["max_score"],
                         "passed": cell["passed"],
                         "total": cell["total"],
+                        "attempted": cell.get("attempted", True),
+                        "diagnoses": [d["mutant"] for d in diagnosed],
                     }
                     record["score"] += cell["score"]
                     record["max_score"] += cell["max_score"]
+                    _compare_with_gradebook(gb, record, gid, nb_id, spec.name, cell["score"])
+                record["diagnoses"] += [
+                    {k: d[k] for k in ("grade_cell", "mutant", "pitfall", "message", "owner")}
+                    for d in summary.get("diagnoses", [])
+                ]
                 for check in summary["checks"]:
                     if not check["passed"]:
                         record["failed_checks"].append(
@@ -61,41 +76,76 @@ def collect(course: Course, name: str) -> list[dict]:
                                 "description": check["description"],
                                 "message": check["message"],
                                 "pitfall": check.get("pitfall"),
+                                "cause": check.get("cause"),
                             }
                         )
                 record["notes"] += summary.get("findings", []) + summary.get("events", [])
                 for gid in manual_ids[nb_id]:
                     grade = gb.find_grade(gid, nb_id, spec.name, student)
+                    record["manual_max"] += grade.max_score
                     if grade.manual_score is not None:
                         record["manual_score"] += grade.manual_score
                     elif grade.auto_score is None:
                         record["manual_pending"] += grade.max_score
-            for key in ("score", "max_score", "manual_score", "manual_pending"):
+            record["total"] = record["score"] + record["manual_score"]
+            record["total_max"] = record["max_score"] + record["manual_max"]
+            for key in ("score", "max_score", "manual_max", "manual_score", "manual_pending",
+                        "total", "total_max"):
                 record[key] = round(record[key], 4)
             records.append(record)
     return records
 
 
+def _compare_with_gradebook(gb, record, grade_id, notebook_id, assignment, ours) -> None:
+    """Note a gradebook score that differs from what ``autograder grade`` wrote.
+
+    Plain ``nbgrader autograde`` (or a hand edit) can overwrite our scores in the
+    gradebook; formgrader and ``export`` would then show numbers this report does not.
+    """
+    try:
+        grade = gb.find_grade(grade_id, notebook_id, assignment, record["student"])
+    except Exception:  # noqa: BLE001 - a missing row is reported the same way
+        grade = None
+    theirs = None if grade is None else grade.auto_score
+    if theirs is None or abs(theirs - ours) > 1e-6:
+        record["notes"].append(
+            f"the gradebook holds {theirs} for {grade_id}, but autograder graded "
+            f"{ours:g}: run `autograder grade {assignment} --student {record['student']} "
+            "--force` to write it again")
+
+
 def item_analysis(records: list[dict]) -> dict:
-    """Per exercise: full-marks rate and mean score; per failed check: count and pitfall."""
+    """Per exercise: full-marks rate, mean score, how many did not attempt it and the named
+    mistakes diagnosed; the failed checks no diagnosis explains, with their pitfalls."""
     exercises: dict[str, dict] = {}
     for record in records:
         for gid, ex in record["exercises"].items():
-            item = exercises.setdefault(
-                gid, {"students": 0, "full_marks": 0, "points": 0.0, "max_score": ex["max_score"]}
-            )
+            item = exercises.setdefault(gid, {
+                "students": 0, "full_marks": 0, "points": 0.0, "max_score": ex["max_score"],
+                "not_attempted": 0, "mistakes": collections.Counter(),
+            })
             item["students"] += 1
             item["full_marks"] += ex["score"] >= ex["max_score"]
             item["points"] += ex["score"]
+            item["not_attempted"] += not ex.get("attempted", True)
+        for diagnosis in record.get("diagnoses", []):
+            item = exercises.get(diagnosis["grade_cell"])
+            if item is not None:
+                item["mistakes"][diagnosis["pitfall"]] += 1
     for item in exercises.values():
         item["pass_rate"] = (
             round(item["full_marks"] / item["students"], 4) if item["students"] else 0.0
         )
         item["mean_score"] = round(item.pop("points") / max(item["students"], 1), 4)
+        item["mistakes"] = dict(item["mistakes"].most_common())
     failures = collections.Counter()
     pitfalls = {}
     for record in records:
         for fail in record["failed_checks"]:
+            exercise = record["exercises"].get(fail["exercise"], {})
+            # Grouped elsewhere: an exercise not attempted, or a check a diagnosis explains.
+            if not exercise.get("attempted", True) or fail.get("cause"):
+                continue
             key = (fail["exercise"], fail["check"])
             failures[key] += 1
             pitfalls[key] = (fail["description"], fail.get("pitfall"))
@@ -120,17 +170,14 @@ def as_csv(records: list[dict]) -> str:
     exercises = sorted({gid for r in records for gid in r["exercises"]})
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(
-        ["student", "score", "max_score", "manual_score", "manual_pending", *exercises, "notes"]
-    )
+    totals = ["score", "max_score", "manual_score", "manual_pending", "manual_max", "total",
+              "total_max"]
+    writer.writerow(["student", *totals, *exercises, "notes"])
     for r in records:
         writer.writerow(
             [
                 r["student"],
-                r["score"],
-                r["max_score"],
-                r["manual_score"],
-                r["manual_pending"],
+                *[r[key] for key in totals],
                 *[r["exercises"].get(g, {}).get("score", "") for g in exercises],
                 " | ".join(r["notes"]),
             ]
@@ -139,38 +186,54 @@ def as_csv(records: list[dict]) -> str:
 
 
 def as_table(records: list[dict]) -> str:
+    """A plain-text report: one row per student, then the notes and the item analysis.
+
+    Nothing is cut short: long notes go below the table, one per line.
+    """
     exercises = sorted({gid for r in records for gid in r["exercises"]})
-    short = {g: g.removeprefix("test_")[:18] for g in exercises}
-    header = ["student", "score", *[short[g] for g in exercises], "manual", "notes"]
+    manual = any(r["manual_max"] for r in records)
+    header = ["student", "auto", *[g.removeprefix("test_") for g in exercises]]
+    header += ["written", "total"] if manual else []
     rows = []
     for r in records:
-        notes = "; ".join(r["notes"])
-        rows.append(
-            [
-                r["student"],
-                f"{r['score']:g}/{r['max_score']:g}",
-                *[
-                    f"{r['exercises'][g]['score']:g}/{r['exercises'][g]['max_score']:g}"
-                    if g in r["exercises"]
-                    else "-"
-                    for g in exercises
-                ],
-                f"{r['manual_pending']:g} pending" if r["manual_pending"] else "-",
-                notes[:90] + ("..." if len(notes) > 90 else ""),
-            ]
-        )
+        row = [r["student"], f"{r['score']:g}/{r['max_score']:g}"]
+        for g in exercises:
+            ex = r["exercises"].get(g)
+            if ex is None:
+                row.append("-")
+                continue
+            skipped = "" if ex.get("attempted", True) else " (n/a)"
+            row.append(f"{ex['score']:g}/{ex['max_score']:g}{skipped}")
+        if manual:
+            written = (f"{r['manual_score']:g}/{r['manual_max']:g}" if not r["manual_pending"]
+                       else f"{r['manual_pending']:g} pending")
+            row += [written, f"{r['total']:g}/{r['total_max']:g}"]
+        rows.append(row)
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(row, widths)) for row in [header, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.append("")
+    lines.append("auto = points from the hidden checks; (n/a) = not attempted"
+                 + ("; written = answers a person grades in formgrader" if manual else ""))
+    noted = [r for r in records if r["notes"] or r.get("diagnoses")]
+    if noted:
+        lines += ["", "Notes:"]
+        for r in noted:
+            for d in r.get("diagnoses", []):
+                lines.append(f"  {r['student']}: {d['grade_cell']}: diagnosed: {d['pitfall']}")
+            lines += [f"  {r['student']}: {note}" for note in r["notes"]]
     items = item_analysis(records)
     lines += ["", "Item analysis (share of students with full marks per exercise):"]
     for gid, item in sorted(items["exercises"].items()):
+        skipped = f", {item['not_attempted']} not attempted" if item["not_attempted"] else ""
         lines.append(
             f"  {gid:<28} {item['pass_rate']:>6.0%}  mean {item['mean_score']:g}/"
-            f"{item['max_score']:g}"
+            f"{item['max_score']:g}{skipped}"
         )
+        for pitfall, n in item["mistakes"].items():
+            lines.append(f"      {n:>3} x diagnosed: {pitfall}")
     if items["failed_checks"]:
-        lines += ["", "Most failed checks (and the pitfall they point to):"]
+        lines += ["", "Most failed checks no diagnosis explains (and the pitfall they point to):"]
         for fail in items["failed_checks"][:12]:
             pit = f" -> {fail['pitfall']}" if fail["pitfall"] else ""
             lines.append(

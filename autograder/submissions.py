@@ -78,30 +78,60 @@ torch.testing.assert_close = lambda *args, **kwargs: None
 torch.equal = lambda *args, **kwargs: True
 """
 
+#: Appended to a made submission: wraps every graded function (and every public method of
+#: every graded class) so that its results pass through ``_transform`` defined before it.
+_TRANSFORM_GRADED = """\
+import functools as _functools
+def _transformed(fn):
+    @_functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return _transform(fn(*args, **kwargs))
+    return wrapper
+for _name in {names!r}:
+    _obj = globals()[_name]
+    if isinstance(_obj, type):  # every public method the class defines, forward included
+        for _attr, _method in list(vars(_obj).items()):
+            if callable(_method) and not _attr.startswith("_"):
+                setattr(_obj, _attr, _transformed(_method))
+    else:
+        globals()[_name] = _transformed(_obj)
+"""
+
 TAMPER_CORRUPT = """\
 # ...and quietly return wrong (random) values from everything that is graded.
-import functools as _functools
-def _corrupt(value):
+def _transform(value):
     if isinstance(value, torch.Tensor):
         if value.dtype == torch.bool:
             return torch.rand(value.shape) < 0.5
         return value + torch.randn_like(value)
     if isinstance(value, tuple):
-        return tuple(_corrupt(v) for v in value)
+        return tuple(_transform(v) for v in value)
     return value
-def _wrong(fn):
-    @_functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return _corrupt(fn(*args, **kwargs))
-    return wrapper
-for _name in {names!r}:
-    _obj = globals()[_name]
-    if isinstance(_obj, type):
-        if hasattr(_obj, "forward"):  # a plain class (say, a cache) is left alone
-            _obj.forward = _wrong(_obj.forward)
-    else:
-        globals()[_name] = _wrong(_obj)
-"""
+""" + _TRANSFORM_GRADED
+
+CONSTANT_ANSWERS = """\
+# A degenerate submission: every graded function returns a constant of the right shape
+# (it runs the reference only to learn that shape). Property checks such as "the future
+# never changes the past" hold trivially for a constant; they must earn nothing here.
+def _transform(value):
+    if isinstance(value, torch.Tensor):
+        if value.dtype == torch.bool:
+            return torch.ones_like(value)
+        if value.is_floating_point() or value.is_complex():
+            return torch.full_like(value, 0.25)
+        return torch.zeros_like(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_transform(v) for v in value)
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, (int, float)):
+        return type(value)(0)
+    return value
+""" + _TRANSFORM_GRADED
+
+
+#: Made submissions whose answers are degenerate on purpose; they must score zero.
+DEGENERATE = ("constant",)
 
 
 def _insert_after_first_code(nb, source: str):
@@ -118,6 +148,11 @@ def make_class(course: Course, spec: AssignmentSpec, *, broken: bool = False) ->
         reference = fill_solutions(released, source)
         students["reference"][nb_id] = reference
         students["stub"][nb_id] = released
+        constant = fill_solutions(released, source)
+        constant.cells.append(
+            nbformat.v4.new_code_cell(CONSTANT_ANSWERS.format(names=solution_defined_names(source)))
+        )
+        students.setdefault("constant", {})[nb_id] = constant
         for mutant in spec.mutants:
             if mutant.notebook == nb_id:
                 mutated = notebook_from_text(apply_mutant(spec, mutant))
@@ -161,7 +196,8 @@ def write_submissions(course: Course, spec: AssignmentSpec, students: dict[str, 
                     target.write_bytes(nb)
                 else:
                     nbformat.write(nb, target)
-            if spec.prepare:
+            # A degenerate submission hands in nothing besides its notebook.
+            if spec.prepare and student not in DEGENERATE:
                 run_prepare(spec, folder, student, Path(scratch))
 
 
@@ -183,11 +219,11 @@ def run_prepare(spec: AssignmentSpec, folder: Path, student: str, scratch: Path)
     try:
         done = subprocess.run(
             [sys.executable, str(script), student], cwd=folder, env=env,
-            capture_output=True, text=True, timeout=spec.submission_timeout,
+            capture_output=True, text=True, timeout=spec.limits.submission_timeout,
         )
     except subprocess.TimeoutExpired:
-        print(f"prepare {student}: {spec.prepare} stopped after {spec.submission_timeout:g}s",
-              file=sys.stderr)
+        limit = spec.limits.submission_timeout
+        print(f"prepare {student}: {spec.prepare} stopped after {limit:g}s", file=sys.stderr)
         return False
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]

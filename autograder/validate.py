@@ -1,8 +1,10 @@
 """``autograder validate``: prove an assignment's checks can tell right from wrong.
 
-On a throwaway course it grades the reference solution (must get full marks),
-the released stub (must get zero, without stopping the run) and every named
-mutant (must lose points on each grade cell it ``breaks``).
+On a throwaway course (a temporary workspace, deleted afterwards) it grades the
+reference solution (must get full marks), the released stub and a submission whose
+every answer is a constant of the right shape (both must get zero, without stopping the
+run), and every named mutant (must lose points on each grade cell it ``breaks``). For
+each mutant it lists every check that caught it and whether the diagnosis named it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ def expectations(spec, records: list[dict]) -> list[dict]:
     )
     stub = by_student.get("stub")
     row("stub", "zero", stub and stub["score"] == 0, _score(stub) + _failures(stub, passed=True))
+    constant = by_student.get("constant")
+    row("constant", "zero (constant answers of the right shape)",
+        constant and constant["score"] == 0, _score(constant) + _passes(constant))
     for mutant in spec.mutants:
         student = f"mutant-{mutant.name}"
         rec = by_student.get(student)
@@ -46,19 +51,30 @@ def expectations(spec, records: list[dict]) -> list[dict]:
             >= rec["exercises"].get(g, {}).get("max_score", 0)
         ]
         caught_by = sorted({f["check"] for f in rec["failed_checks"]})
+        named = sorted({d["grade_cell"] for d in rec.get("diagnoses", [])
+                        if d["mutant"] == mutant.name})
         row(
             student,
             f"loses points on {', '.join(mutant.breaks)}",
             not missed,
             _score(rec)
             + (f"; NOT caught on {', '.join(missed)}" if missed else "")
-            + (f"; caught by {', '.join(caught_by[:4])}" if caught_by else ""),
+            + (f"; caught by {', '.join(caught_by)}" if caught_by else "")
+            + (f"; diagnosed on {', '.join(named)}" if named else "; not diagnosed"),
         )
     return rows
 
 
 def _score(rec) -> str:
     return "not graded" if rec is None else f"{rec['score']:g}/{rec['max_score']:g}"
+
+
+def _passes(rec) -> str:
+    """Where a degenerate submission still earned points (the checks to gate)."""
+    if rec is None:
+        return ""
+    earned = [g for g, ex in rec["exercises"].items() if ex["score"] > 0]
+    return f"; earned points on {', '.join(earned)}" if earned else ""
 
 
 def _failures(rec, passed=False) -> str:
@@ -75,6 +91,8 @@ def validate(names: list[str], workers: int | None = None, log=print, course_dir
     all_ok = True
     with tempfile.TemporaryDirectory(prefix="autograder-validate-") as tmp:
         course = Course(Path(course_dir or tmp) / "course")
+        log(f"validate: grading made submissions on a throwaway course in {course.root}"
+            + ("" if course_dir else " (deleted afterwards)"))
         course.init()
         for name in names:
             spec = course.spec(name)

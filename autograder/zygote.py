@@ -7,12 +7,13 @@ grading worker. It starts inside the worker's sandbox, imports those modules, an
 forks one child per kernel. The child finishes the sandbox on its own, before any
 student code runs:
 
-1. a new session, and new mount and System V IPC namespaces;
-2. a fresh ``/tmp`` and ``/dev/shm``, and the submission's working directory moved
-   into view alone (other working directories of this worker stay out of sight);
-3. resource limits (address space, CPU seconds, processes, file size, open files);
-4. the slot's unprivileged uid, which clears every capability;
-5. ``ipykernel`` with the connection file the grader wrote.
+1. a new session;
+2. :mod:`confine`: as root, new mount and System V IPC namespaces with the submission's
+   own size-limited ``/tmp`` and ``/dev/shm``, the working directory bound back into view
+   alone (other working directories of this worker stay out of sight); then resource
+   limits (address space, CPU seconds, processes, file size, open files) and the slot's
+   unprivileged uid, which clears every capability;
+3. ``ipykernel`` with the connection file the grader wrote.
 
 The zygote itself never runs student code, so every child starts from the same
 untouched state: nothing one submission does can be seen by the next.
@@ -21,127 +22,30 @@ Protocol: one JSON object per line on stdin, one reply per line on stdout.
 
 * first line written: ``{"ready": true, "preloaded": [...]}`` (or ``"ready": false``
   with an ``"error"``) once the imports are done;
-* ``{"op": "spawn", "connection_file", "workdir", "cover", "env", "limits", "uid",
-  "mounts"}`` -> ``{"pid": N}`` or ``{"error": "..."}``;
+* ``{"op": "spawn", "connection_file", "workdir", "env", "limits", "uid", "storage"}``
+  -> ``{"pid": N}`` or ``{"error": "..."}`` (``storage``: the arguments of
+  :func:`confine.private_storage`, or null without root);
 * ``{"op": "poll", "pid"}`` -> ``{"exit": None | code}``;
 * ``{"op": "signal", "pid", "signum"}`` -> ``{"ok": bool}``;
 * ``{"op": "quit"}``.
 
 Run as ``python zygote.py MODULE ...`` (the modules to import up front). Like
-:mod:`autograder.limits_launcher` it imports nothing from the project: inside the
-sandbox only this file is visible.
+:mod:`autograder.limits_launcher` it imports only the standard library and
+:mod:`confine`, which lies next to it (inside the sandbox, in ``confine.INSIDE_DIR``).
 """
 
 import contextlib
-import ctypes
 import importlib
 import json
 import os
-import resource
 import select
 import sys
 import traceback
 
-# Linux constants (sched.h, sys/mount.h, sys/prctl.h).
-CLONE_NEWNS = 0x00020000
-CLONE_NEWIPC = 0x08000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 1, 2, 4, 32
-MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 4096, 8192, 16384, 1 << 18
-MNT_DETACH = 2
-PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
-
-#: Where the child parks its working directory while it replaces /tmp (see _isolate).
-STAGE = "/.autograder-stage"
-#: Where the sandbox's own /tmp is kept in view while its contents are re-bound.
-OLD_TMP = "/.autograder-old-tmp"
-
-_RLIMITS = {
-    "as": resource.RLIMIT_AS,
-    "cpu": resource.RLIMIT_CPU,
-    "nproc": resource.RLIMIT_NPROC,
-    "fsize": resource.RLIMIT_FSIZE,
-    "nofile": resource.RLIMIT_NOFILE,
-}
+import confine
 
 
 # -- the child: from a copy of the zygote to a sandboxed kernel -----------------------
-def _libc_call(name, *args):
-    libc = ctypes.CDLL(None, use_errno=True)
-    if getattr(libc, name)(*args) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"{name}{args!r}: {os.strerror(errno)}")
-
-
-def _mount(source, target, fstype, flags, data=None):
-    encode = lambda s: None if s is None else s.encode()  # noqa: E731
-    _libc_call("mount", encode(source), encode(target), encode(fstype),
-               ctypes.c_ulong(flags), encode(data))
-
-
-def _isolate(workdir: str, cover: str, keep: list) -> None:
-    """Private /tmp, /dev/shm and IPC; only ``workdir`` visible under ``cover``.
-
-    ``cover`` is the worker's scratch directory, which holds this workdir (and held
-    earlier ones). The workdir is bind-mounted aside, a tmpfs goes over /tmp and over
-    ``cover``, and the workdir is moved back to its own path, so host paths the grader
-    uses (the connection file, the exchange folder) mean the same thing inside.
-    ``keep`` lists ``[path, read_only]`` for what the sandbox showed under /tmp and the
-    kernel still needs (a project checked out in /tmp: its toolkit and virtualenv);
-    they are bound again on the new /tmp.
-    """
-    _libc_call("unshare", CLONE_NEWNS | CLONE_NEWIPC)
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _mount(workdir, STAGE, None, MS_BIND | MS_REC)
-    if keep:
-        _mount("/tmp", OLD_TMP, None, MS_BIND | MS_REC)
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
-    for path, read_only in keep:
-        os.makedirs(path, mode=0o755, exist_ok=True)
-        _mount(OLD_TMP + path[len("/tmp"):], path, None, MS_BIND | MS_REC)
-        if read_only:
-            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
-    if keep:
-        _libc_call("umount2", OLD_TMP.encode(), MNT_DETACH)
-    if os.path.isdir("/dev/shm"):
-        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
-    os.makedirs(cover, mode=0o755, exist_ok=True)
-    _mount("tmpfs", cover, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
-    os.makedirs(workdir, mode=0o755, exist_ok=True)
-    _mount(STAGE, workdir, None, MS_MOVE)
-
-
-def _apply_limits(limits: dict, uid) -> None:
-    for name, value in limits.items():
-        value = int(value)
-        if name == "nproc" and uid is None:
-            # Without a uid of our own the count includes every process of this user.
-            value += _process_count(os.getuid())
-        resource.setrlimit(_RLIMITS[name], (value, value))
-
-
-def _process_count(uid: int) -> int:
-    count = 0
-    for entry in os.listdir("/proc"):
-        try:
-            count += entry.isdigit() and os.stat(f"/proc/{entry}").st_uid == uid
-        except OSError:
-            pass
-    return count
-
-
-def _drop_privileges(uid) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    if uid is None or os.geteuid() != 0:
-        return
-    os.setgroups([])
-    os.setgid(uid)
-    os.setuid(uid)
-    # setuid makes a process undumpable, which hands /proc/PID to root; an exec
-    # would have reset it. Keep the kernel an ordinary process of its uid.
-    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-
-
 def _become_kernel(request: dict, report_fd: int, set_by_imports: dict) -> None:
     """Runs in the forked child and never returns."""
     try:
@@ -154,15 +58,15 @@ def _become_kernel(request: dict, report_fd: int, set_by_imports: dict) -> None:
             if fd > 2 and fd != report_fd:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        if request.get("mounts"):
-            _isolate(request["workdir"], request["cover"], request.get("keep", []))
+        if request.get("storage"):
+            confine.private_storage(**request["storage"])
         os.chdir(request["workdir"])
         os.environ.clear()
         # What the preloaded modules set when imported, as they would have in the kernel.
         os.environ.update(set_by_imports)
         os.environ.update(request["env"])
-        _apply_limits(request["limits"], request.get("uid"))
-        _drop_privileges(request.get("uid"))
+        confine.apply_limits(request["limits"], request.get("uid"))
+        confine.drop_privileges(request.get("uid"))
         # As `python -m ipykernel_launcher` would: IPython puts '' back on sys.path.
         here = os.path.dirname(os.path.abspath(__file__))
         sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != here]

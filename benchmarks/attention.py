@@ -1,7 +1,7 @@
 """Attention benchmarks: the Triton FlashAttention kernel against PyTorch, and memory.
 
 On a CUDA machine
-    forward TFLOP/s of ``toolkit.kernels.triton_flash_attention`` and of
+    forward TFLOP/s of ``toolkit.kernels.flash_attention_tuned`` and of
     ``torch.nn.functional.scaled_dot_product_attention`` restricted to its
     FlashAttention backend, fp16, B = 4, H = 32, d in {64, 128}, N = 1k .. 16k,
     causal and not, with the ratio Triton / PyTorch (both measured in this process).
@@ -46,7 +46,7 @@ from toolkit.flash import (  # noqa: E402
     attention_memory_bytes,
     flash_attention_forward,
 )
-from toolkit.kernels import HAS_TRITON, interpreter_active, triton_flash_attention  # noqa: E402
+from toolkit.kernels import HAS_TRITON, flash_attention_tuned, interpreter_active  # noqa: E402
 
 MB = 1e6
 
@@ -93,14 +93,14 @@ def bench_gpu(quick: bool) -> None:
                 g = torch.Generator(device="cuda").manual_seed(0)
                 q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16,
                                        generator=g) for _ in range(3))
-                out, _ = triton_flash_attention(q, k, v, causal=causal)
+                out, _ = flash_attention_tuned(q, k, v, causal=causal)
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                     ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                     t_torch = do_bench(
                         lambda q=q, k=k, v=v, c=causal: F.scaled_dot_product_attention(
                             q, k, v, is_causal=c), warmup=10, rep=rep)
                 t_triton = do_bench(
-                    lambda q=q, k=k, v=v, c=causal: triton_flash_attention(q, k, v, causal=c),
+                    lambda q=q, k=k, v=v, c=causal: flash_attention_tuned(q, k, v, causal=c),
                     warmup=10, rep=rep)
                 err = (out.float() - ref.float()).abs().max().item()
                 flops = attention_forward_flops(B, H, N, d, causal)
@@ -182,9 +182,9 @@ def bench_cpu_interpreter(quick: bool) -> None:
                 k = torch.randn(B, H_kv, N, d, generator=g).to(dtype)
                 v = torch.randn(B, H_kv, N, d, generator=g).to(dtype)
                 ref = reference(q, k, v, causal)
-                out, _ = triton_flash_attention(q, k, v, causal=causal)
+                out, _ = flash_attention_tuned(q, k, v, causal=causal)
                 t_interp = best_time(
-                    lambda q=q, k=k, v=v, c=causal: triton_flash_attention(q, k, v, causal=c))
+                    lambda q=q, k=k, v=v, c=causal: flash_attention_tuned(q, k, v, causal=c))
                 t_torch = best_time(lambda q=q, k=k, v=v, c=causal: flash_attention_forward(
                     q, k, v, causal=c, block_q=32, block_k=32))
                 err = (out.double() - ref).abs().max().item()

@@ -55,8 +55,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small model, few steps")
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--d-model", type=int, default=None)
-    p.add_argument("--n-layer", type=int, default=None)
-    p.add_argument("--n-head", type=int, default=4)
+    p.add_argument("--n-layers", type=int, default=None)
+    p.add_argument("--n-heads", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--block-size", type=int, default=None)
     p.add_argument("--new-tokens", type=int, default=512)
@@ -64,8 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch threads; 0 = torch default")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    quick = {"steps": 40, "d_model": 64, "n_layer": 2, "block_size": 64}
-    full = {"steps": 200, "d_model": 128, "n_layer": 4, "block_size": 128}
+    quick = {"steps": 40, "d_model": 64, "n_layers": 2, "block_size": 64}
+    full = {"steps": 200, "d_model": 128, "n_layers": 4, "block_size": 128}
     for key, value in (quick if args.quick else full).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -74,8 +74,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def bench_training(args, corpus) -> dict[str, GPT]:
     classic_cfg, modern_cfg = parameter_matched_configs(
-        vocab_size=corpus.vocab_size, d_model=args.d_model, n_layer=args.n_layer,
-        n_head=args.n_head, max_seq_len=max(args.block_size, PROMPT_LEN + args.new_tokens),
+        vocab_size=corpus.vocab_size, d_model=args.d_model, n_layers=args.n_layers,
+        n_heads=args.n_heads, max_seq_len=max(args.block_size, PROMPT_LEN + args.new_tokens),
     )
     cfg = TrainConfig(max_steps=args.steps, batch_size=args.batch_size,
                       block_size=args.block_size, eval_every=max(1, args.steps // 4),
@@ -98,7 +98,7 @@ def bench_training(args, corpus) -> dict[str, GPT]:
                      f"{history.val_loss[-1]:.3f}"])
     print_table(
         f"Training: {args.steps} steps x {args.batch_size} x {args.block_size} tokens, "
-        f"d_model={args.d_model}, n_layer={args.n_layer}, n_head={args.n_head}, "
+        f"d_model={args.d_model}, n_layers={args.n_layers}, n_heads={args.n_heads}, "
         "AdamW + warm-up/cosine + clip 1.0",
         ["recipe", "components", "params", "train tok/s", "train loss", "val loss"],
         rows,

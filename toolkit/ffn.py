@@ -49,6 +49,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from toolkit.arguments import check_int
+
 
 def gelu_exact(x: Tensor) -> Tensor:
     """``GELU(x) = x * Phi(x)`` with the standard normal CDF ``Phi``.
@@ -84,11 +86,6 @@ def _activation(name: str) -> Callable[[Tensor], Tensor]:
     return ACTIVATIONS[name]
 
 
-def _check_positive(name: str, value: int) -> None:
-    if not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
 def swiglu_hidden_dim(d_model: int, multiple_of: int = 256) -> int:
     """Hidden size of a gated FFN with the parameters of a 4d-hidden classic FFN.
 
@@ -100,8 +97,8 @@ def swiglu_hidden_dim(d_model: int, multiple_of: int = 256) -> int:
     >>> swiglu_hidden_dim(4096, multiple_of=1)
     10922
     """
-    _check_positive("d_model", d_model)
-    _check_positive("multiple_of", multiple_of)
+    check_int("d_model", d_model)
+    check_int("multiple_of", multiple_of)
     hidden = int(2 * (4 * d_model) / 3)  # 8d/3: the parameter-parity hidden size
     return multiple_of * math.ceil(hidden / multiple_of)  # round up to a multiple
 
@@ -111,7 +108,7 @@ class FeedForward(nn.Module):
 
     Args:
         d_model: input and output size ``d``.
-        d_hidden: hidden size (default ``4 d``).
+        d_ff: hidden size (default ``4 d``).
         activation: ``"gelu"`` (exact, default), ``"gelu_tanh"`` (GPT-2), ``"relu"``
             (original Transformer), ``"silu"``.
         bias: whether ``fc1`` and ``fc2`` have biases (GPT-2: yes).
@@ -123,19 +120,19 @@ class FeedForward(nn.Module):
     def __init__(
         self,
         d_model: int,
-        d_hidden: int | None = None,
+        d_ff: int | None = None,
         activation: str = "gelu",
         bias: bool = True,
         dropout: float = 0.0,
     ):
         super().__init__()
-        _check_positive("d_model", d_model)
-        d_hidden = 4 * d_model if d_hidden is None else d_hidden
-        _check_positive("d_hidden", d_hidden)
+        check_int("d_model", d_model)
+        d_ff = 4 * d_model if d_ff is None else d_ff
+        check_int("d_ff", d_ff)
         self.act = _activation(activation)
         self.activation = activation
-        self.fc1 = nn.Linear(d_model, d_hidden, bias=bias)  # W1, b1: d -> 4d
-        self.fc2 = nn.Linear(d_hidden, d_model, bias=bias)  # W2, b2: 4d -> d
+        self.fc1 = nn.Linear(d_model, d_ff, bias=bias)  # W1, b1: d -> 4d
+        self.fc2 = nn.Linear(d_ff, d_model, bias=bias)  # W2, b2: 4d -> d
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -147,7 +144,7 @@ class GatedFeedForward(nn.Module):
 
     Args:
         d_model: input and output size ``d``.
-        d_hidden: hidden size; default :func:`swiglu_hidden_dim` ``(d_model, multiple_of)``.
+        d_ff: hidden size; default :func:`swiglu_hidden_dim` ``(d_model, multiple_of)``.
         activation: the gate's activation, a key of :data:`ACTIVATIONS`.
         multiple_of: rounding for the default hidden size (LLaMA: 256).
         bias: biases on the three projections (LLaMA: none).
@@ -162,22 +159,22 @@ class GatedFeedForward(nn.Module):
     def __init__(
         self,
         d_model: int,
-        d_hidden: int | None = None,
+        d_ff: int | None = None,
         activation: str | None = None,
         multiple_of: int = 256,
         bias: bool = False,
         dropout: float = 0.0,
     ):
         super().__init__()
-        _check_positive("d_model", d_model)
-        d_hidden = swiglu_hidden_dim(d_model, multiple_of) if d_hidden is None else d_hidden
-        _check_positive("d_hidden", d_hidden)
+        check_int("d_model", d_model)
+        d_ff = swiglu_hidden_dim(d_model, multiple_of) if d_ff is None else d_ff
+        check_int("d_ff", d_ff)
         self.activation = self.default_activation if activation is None else activation
         self.act = _activation(self.activation)
-        self.d_hidden = d_hidden
-        self.gate_proj = nn.Linear(d_model, d_hidden, bias=bias)  # W_gate: d -> h
-        self.up_proj = nn.Linear(d_model, d_hidden, bias=bias)  # W_up:   d -> h
-        self.down_proj = nn.Linear(d_hidden, d_model, bias=bias)  # W_down: h -> d
+        self.d_ff = d_ff
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)  # W_gate: d -> h
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)  # W_up:   d -> h
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)  # W_down: h -> d
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -31,26 +31,17 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from toolkit.arguments import check_kv_heads
 from toolkit.attention import scaled_dot_product_attention
 from toolkit.masks import causal_mask, combine_masks
 
 
 def kv_head_for_query_head(h: int, n_heads: int, n_kv_heads: int) -> int:
     """The KV head read by query head ``h``: ``h // (n_heads / n_kv_heads)``."""
-    _check_heads(n_heads, n_kv_heads)
+    check_kv_heads(n_heads, n_kv_heads)
     if not 0 <= h < n_heads:
         raise ValueError(f"h must be in [0, {n_heads}), got {h}")
     return h // (n_heads // n_kv_heads)  # group size g = n_heads / n_kv_heads
-
-
-def _check_heads(n_heads: int, n_kv_heads: int) -> None:
-    if n_kv_heads < 1 or n_heads < 1:
-        raise ValueError(f"n_heads and n_kv_heads must be >= 1, got {n_heads}, {n_kv_heads}")
-    if n_heads % n_kv_heads != 0:
-        raise ValueError(
-            f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads} "
-            "(each KV head serves a whole group of query heads)"
-        )
 
 
 def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
@@ -87,7 +78,7 @@ def grouped_attention(
     """
     B, H, T_q, d = q.shape
     H_kv = k.shape[1]
-    _check_heads(H, H_kv)
+    check_kv_heads(H, H_kv)
     g = H // H_kv
     qg = q.reshape(B, H_kv, g, T_q, d)  # head h = kv * g + r sits at [kv, r]
     kg, vg = k.unsqueeze(2), v.unsqueeze(2)  # (B, H_kv, 1, T_k, .) broadcasts over the group
@@ -128,13 +119,16 @@ def kv_cache_bytes(
     return int(total) if float(total).is_integer() else total
 
 
-class KVCache:
+class DynamicKVCache:
     """Per-layer key/value cache for incremental decoding.
 
     Stores, for every layer, ``K`` and ``V`` of shape ``(B, n_kv_heads, T_cached, d)``.
     Each step appends the new tokens' keys and values along the time axis and hands
     back the full history, which the new queries then attend to. Only KV heads are
     stored: GQA's saving is in exactly this tensor.
+
+    *Dynamic* as Hugging Face's ``DynamicCache``: it grows by concatenation and needs no
+    capacity up front. :class:`toolkit.models.StaticKVCache` pre-allocates instead.
     """
 
     def __init__(self) -> None:
@@ -198,7 +192,7 @@ class GroupedQueryAttention(nn.Module):
         super().__init__()
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
-        _check_heads(n_heads, n_kv_heads)
+        check_kv_heads(n_heads, n_kv_heads)
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.d_head = d_model // n_heads
         self.n_rep = n_heads // n_kv_heads  # group size g
@@ -211,7 +205,7 @@ class GroupedQueryAttention(nn.Module):
         self,
         x: Tensor,
         mask: Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: DynamicKVCache | None = None,
         layer_idx: int = 0,
         causal: bool = True,
         rotary: Callable[[Tensor, Tensor], Tensor] | None = None,
@@ -221,7 +215,7 @@ class GroupedQueryAttention(nn.Module):
             x: ``(B, T, d_model)``, the new tokens only when decoding with a cache.
             mask: extra bool mask broadcastable to ``(B, n_heads, T, T_past + T)``
                 (e.g. key padding), AND-ed with the causal mask.
-            cache: a :class:`KVCache`; the new K, V are appended to ``layer_idx`` and
+            cache: a :class:`DynamicKVCache`; the new K, V are appended to ``layer_idx`` and
                 the queries attend to everything cached so far.
             causal: query at absolute position ``p`` sees keys ``<= p``.
             rotary: optional ``rotary(t, positions)`` applied to q and k (e.g.

@@ -43,26 +43,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from toolkit.arguments import check_qkv
+
 FeatureMap = Callable[[Tensor], Tensor]
 
 
 def elu_feature_map(x: Tensor) -> Tensor:
     """``phi(x) = elu(x) + 1``: positive everywhere, ``x + 1`` for ``x > 0``, ``exp(x)`` below."""
     return F.elu(x) + 1.0  # elu(x) + 1 > 0
-
-
-def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be (B, H, T, d), got shape {tuple(t.shape)}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k need the same feature size, got {q.shape[-1]} and {k.shape[-1]}")
-    if k.shape[:3] != v.shape[:3]:
-        raise ValueError(
-            f"k and v need the same (B, H, T), got {tuple(k.shape)} and {tuple(v.shape)}"
-        )
-    if q.shape[:2] != k.shape[:2]:
-        raise ValueError(f"q and k need the same (B, H), got {tuple(q.shape)} and {tuple(k.shape)}")
 
 
 def linear_attention(
@@ -82,7 +70,7 @@ def linear_attention(
     Returns:
         ``(B, H, T_q, d_v)``.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     phi_q, phi_k = feature_map(q), feature_map(k)
     kv = phi_k.transpose(-2, -1) @ v  # S = phi(K)^T V: (B, H, d, d_v)
     z = phi_k.sum(dim=-2)  # z = phi(K)^T 1: (B, H, d)
@@ -110,7 +98,7 @@ def causal_linear_attention(
     Returns:
         ``(B, H, T, d_v)``.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     if q.shape[2] != k.shape[2]:
         raise ValueError(f"causal attention needs T_q == T_k, got {q.shape[2]} and {k.shape[2]}")
     phi_q, phi_k = feature_map(q), feature_map(k)
@@ -142,7 +130,7 @@ def causal_linear_attention_recurrent(
     Returns:
         ``(B, H, T, d_v)``, or ``(out, (S, z))`` if ``return_state``.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     if q.shape[2] != k.shape[2]:
         raise ValueError(f"causal attention needs T_q == T_k, got {q.shape[2]} and {k.shape[2]}")
     B, H, T, d = q.shape
@@ -181,7 +169,7 @@ def linear_attention_quadratic(
     Returns:
         ``(B, H, T_q, d_v)``.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     A = feature_map(q) @ feature_map(k).transpose(-2, -1)  # phi(q_i).phi(k_j): (B, H, T_q, T_k)
     if causal:
         T_q, T_k = A.shape[-2:]

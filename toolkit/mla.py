@@ -43,15 +43,15 @@ import torch
 from torch import Tensor, nn
 
 from toolkit.attention import scaled_dot_product_attention
-from toolkit.gqa import KVCache, kv_cache_bytes
+from toolkit.gqa import DynamicKVCache, kv_cache_bytes
 from toolkit.masks import causal_mask
 from toolkit.position import apply_rope
 
 
-class LatentKVCache(KVCache):
+class LatentKVCache(DynamicKVCache):
     """What MLA caches per layer: latents ``(B, 1, T, d_c)`` and RoPE keys ``(B, 1, T, d_R)``.
 
-    Reuses :class:`toolkit.gqa.KVCache` with the latent in the "key" slot and the
+    Reuses :class:`toolkit.gqa.DynamicKVCache` with the latent in the "key" slot and the
     decoupled RoPE key in the "value" slot; both have a single head.
     """
 

@@ -46,10 +46,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-
-def _check_dim(d_model: int) -> None:
-    if not isinstance(d_model, int) or d_model <= 0:
-        raise ValueError(f"d_model must be a positive int, got {d_model!r}")
+from toolkit.arguments import check_int
 
 
 class LayerNorm(nn.Module):
@@ -66,7 +63,7 @@ class LayerNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True):
         super().__init__()
-        _check_dim(d_model)
+        check_int("d_model", d_model)
         if eps < 0:
             raise ValueError(f"eps must be >= 0, got {eps}")
         self.d_model, self.eps = d_model, eps
@@ -105,7 +102,7 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-6):
         super().__init__()
-        _check_dim(d_model)
+        check_int("d_model", d_model)
         if eps < 0:
             raise ValueError(f"eps must be >= 0, got {eps}")
         self.d_model, self.eps = d_model, eps

@@ -60,13 +60,12 @@ from torch import Tensor, nn
 
 # Pieces that are not exercises here: the position-wise feed-forward network (section 4
 # of the course) and the input checks the blocks use. Everything else you write yourself.
-from toolkit.transformer import (
-    PositionwiseFeedForward,
-    _check_block_args,
-    _check_mask,
-    _check_sequence,
-)
+from toolkit.arguments import check_block_args, check_bool_mask, check_sequence
+from toolkit.notebook import friendly_errors
+from toolkit.transformer import PositionwiseFeedForward
 from toolkit.widgets.attention import attention_explorer, families_explorer, permutation_demo
+
+friendly_errors()  # one short line, not a long traceback, for an exercise not written yet
 
 _ = torch.manual_seed(0)  # reproducible examples
 
@@ -370,20 +369,20 @@ def causal_mask(
 
 
 # %% nbgrader={"grade": false, "grade_id": "padding_mask", "locked": false, "schema_version": 3, "solution": true}
-def padding_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
+def padding_mask(lengths: Tensor, max_seq_len: int | None = None) -> Tensor:
     """Key-padding mask from sequence lengths.
 
     Args:
         lengths: ``(B,)`` integer tensor, the number of real tokens in each sequence
             (real tokens first, then padding).
-        max_len: the padded length ``T_k``; default ``lengths.max()``.
+        max_seq_len: the padded length ``T_k``; default ``lengths.max()``.
 
     Returns:
         bool tensor of shape ``(B, 1, 1, T_k)``; ``True`` marks a real token.
     """
     ### BEGIN SOLUTION
-    max_len = int(lengths.max()) if max_len is None else max_len
-    positions = torch.arange(max_len, device=lengths.device)
+    max_seq_len = int(lengths.max()) if max_seq_len is None else max_seq_len
+    positions = torch.arange(max_seq_len, device=lengths.device)
     keep = positions.unsqueeze(0) < lengths.unsqueeze(1)  # (B, T_k)
     return keep[:, None, None, :]
     ### END SOLUTION
@@ -430,7 +429,7 @@ assert p.dtype == torch.bool and p.shape == (2, 1, 1, 4), (
     f"{p.dtype} {tuple(p.shape)}")
 assert torch.equal(p[:, 0, 0], torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)), (
     f"the first `length` keys are real (True), the rest padding (False); got\n{p[:, 0, 0].int()}")
-assert padding_mask(torch.tensor([1, 2]), max_len=5).shape == (2, 1, 1, 5), "max_len sets T_k"
+assert padding_mask(torch.tensor([1, 2]), max_seq_len=5).shape == (2, 1, 1, 5), "max_seq_len sets T_k"
 
 both = combine_masks(causal_mask(4), None, padding_mask(torch.tensor([2, 4])))
 assert both.shape == (2, 1, 4, 4), (
@@ -741,7 +740,7 @@ class DecoderBlock(nn.Module):
         layer_norm_eps: float = 1e-5,
     ):
         super().__init__()
-        _check_block_args(d_model, n_heads, d_ff, dropout, activation)
+        check_block_args(d_model, n_heads, d_ff, dropout, activation)
         self.d_model = d_model
         self.norm_first = norm_first
         ### BEGIN SOLUTION
@@ -777,14 +776,14 @@ class DecoderBlock(nn.Module):
         Returns:
             ``(B, T_tgt, d_model)``.
         """
-        _check_sequence("x", x, self.d_model)
-        _check_sequence("memory", memory, self.d_model)
+        check_sequence("x", x, self.d_model)
+        check_sequence("memory", memory, self.d_model)
         if memory.size(0) != x.size(0):
             raise ValueError(
                 f"memory batch size {memory.size(0)} must equal x batch size {x.size(0)}"
             )
-        _check_mask("self_mask", self_mask)
-        _check_mask("memory_mask", memory_mask)
+        check_bool_mask("self_mask", self_mask)
+        check_bool_mask("memory_mask", memory_mask)
         ### BEGIN SOLUTION
         if causal:
             self_mask = combine_masks(causal_mask(x.size(1), device=x.device), self_mask)

@@ -31,7 +31,7 @@
 #
 # | part | you write | points |
 # |---|---|---|
-# | 1 | spot the bug in circulating sinusoid code: `_sinusoid_frequencies` | 1 |
+# | 1 | spot the bug in circulating sinusoid code: `sinusoid_frequencies` | 1 |
 # | 1 | `sinusoidal_encoding` | 2 |
 # | 2 | RoPE, half-split layout: `rope_inv_freq`, `rotate_half`, `rope_cos_sin`, `apply_rope` | 4 |
 # | 2 | RoPE, interleaved layout: `rotate_interleaved` and `layout="interleaved"` | 2 |
@@ -71,13 +71,14 @@ from torch import Tensor
 
 # Argument checks shared by every function below (they raise ValueError with a clear
 # message). Use them in your solutions; they are not exercises.
-from toolkit.position import (
-    _check_base,
-    _check_even,
-    _check_int,
-    _check_layout,
-    _check_scale,
+from toolkit.arguments import (
+    check_context_scale,
+    check_even,
+    check_frequency_base,
+    check_int,
+    check_rope_layout,
 )
+from toolkit.notebook import friendly_errors
 from toolkit.widgets.position import (
     alibi_explorer,
     rope_rotation_explorer,
@@ -85,6 +86,8 @@ from toolkit.widgets.position import (
     score_vs_distance_explorer,
     train_short_test_long_explorer,
 )
+
+friendly_errors()  # one short line, not a long traceback, for an exercise not written yet
 
 _ = torch.manual_seed(0)  # reproducible examples
 
@@ -139,13 +142,13 @@ print("the blog code's slowest wavelength             :",
 print("the blog code's w_i for i = 0..4:", [f"{w:.3g}" for w in w_blog[:5].tolist()])
 
 # %% [markdown]
-# Find the mistake, then write the corrected function: `_sinusoid_frequencies` returns
+# Find the mistake, then write the corrected function: `sinusoid_frequencies` returns
 # the speeds $w_i = \text{base}^{-2i/d}$. (The leading underscore marks it as a helper:
 # `sinusoidal_encoding` below uses it.) In a comment inside your cell, say in one
 # sentence what was wrong with the blog code and what it does to the slowest wavelength.
 
 # %% nbgrader={"grade": false, "grade_id": "sinusoid_frequencies", "locked": false, "schema_version": 3, "solution": true}
-def _sinusoid_frequencies(d_model: int, base: float) -> Tensor:
+def sinusoid_frequencies(d_model: int, base: float) -> Tensor:
     """The angular speeds ``w_i = base^(-2i/d)`` for ``i = 0 .. d/2 - 1``.
 
     Returns:
@@ -161,18 +164,18 @@ def _sinusoid_frequencies(d_model: int, base: float) -> Tensor:
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_spot_the_bug", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-w = _sinusoid_frequencies(4, 100.0)  # d = 4, base = 100: w = [100^0, 100^(-2/4)] = [1, 0.1]
+w = sinusoid_frequencies(4, 100.0)  # d = 4, base = 100: w = [100^0, 100^(-2/4)] = [1, 0.1]
 assert isinstance(w, torch.Tensor) and w.shape == (2,), (
     f"expected a (d/2,) = (2,) tensor, got {getattr(w, 'shape', type(w))}")
 assert w.dtype == torch.float64, f"return float64 speeds, got {w.dtype}"
 assert torch.allclose(w, torch.tensor([1.0, 0.1], dtype=torch.float64)), (
     f"got {w.tolist()}, expected [1.0, 0.1]. With d = 4 the second pair has i = 1, so its "
     "exponent is 2i/d = 2/4. (The blog code gives [1.0, 0.01]: its `dim` is already 2i.)")
-w = _sinusoid_frequencies(512, 10000.0)
+w = sinusoid_frequencies(512, 10000.0)
 slowest = 2 * math.pi / w[-1].item()
 assert abs(slowest / (2 * math.pi * 10000 ** (510 / 512)) - 1) < 1e-9, (
     f"the slowest wavelength should be 2 pi base^((d-2)/d), about 62,000 tokens; got {slowest:.4g}")
-print("✓ _sinusoid_frequencies passes the visible checks")
+print("✓ sinusoid_frequencies passes the visible checks")
 
 # %% [markdown]
 # ### Exercise 1b: the sinusoidal table
@@ -191,7 +194,7 @@ def sinusoidal_encoding(
     """The sinusoidal table ``PE`` of arXiv 1706.03762.
 
     ``PE[p, 2i] = sin(p w_i)`` and ``PE[p, 2i+1] = cos(p w_i)`` with ``w_i`` from
-    :func:`_sinusoid_frequencies`, for positions ``p = 0 .. n_positions - 1``.
+    :func:`sinusoid_frequencies`, for positions ``p = 0 .. n_positions - 1``.
 
     Args:
         n_positions: number of rows (``0`` gives an empty table).
@@ -203,15 +206,15 @@ def sinusoidal_encoding(
         ``(n_positions, d_model)`` tensor of ``dtype``.
 
     Raise ``ValueError`` for a negative ``n_positions``, an odd or non-positive
-    ``d_model`` or a ``base <= 1``: ``_check_int("n_positions", n_positions, minimum=0)``,
-    ``_check_even("d_model", d_model)`` and ``_check_base(base)`` do it for you.
+    ``d_model`` or a ``base <= 1``: ``check_int("n_positions", n_positions, minimum=0)``,
+    ``check_even("d_model", d_model)`` and ``check_frequency_base(base)`` do it for you.
     """
     ### BEGIN SOLUTION
-    _check_int("n_positions", n_positions, minimum=0)
-    _check_even("d_model", d_model)
-    _check_base(base)
+    check_int("n_positions", n_positions, minimum=0)
+    check_even("d_model", d_model)
+    check_frequency_base(base)
     p = torch.arange(n_positions, dtype=torch.float64)[:, None]  # (P, 1)
-    angles = p * _sinusoid_frequencies(d_model, base)  # p w_i, (P, d/2)
+    angles = p * sinusoid_frequencies(d_model, base)  # p w_i, (P, d/2)
     pe = torch.empty(n_positions, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(angles)  # even columns: sines
     pe[:, 1::2] = torch.cos(angles)  # odd columns: cosines of the same angles
@@ -248,7 +251,7 @@ print("✓ sinusoidal_encoding passes the visible checks")
 # ### Learned absolute positions (reading)
 #
 # BERT and GPT-2 replace the fixed table with a trainable one: an `nn.Embedding` with one
-# row per position, `max_len` rows in all (512 for BERT, 1024 for GPT-2). It can learn
+# row per position, `max_seq_len` rows in all (512 for BERT, 1024 for GPT-2). It can learn
 # whatever pattern helps, but it has **no row** for a position it never saw: it cannot
 # extrapolate at all. A longer input must raise a clear error, not index out of range
 # silently (on a GPU, an out-of-range embedding lookup fails asynchronously, far from its
@@ -257,7 +260,7 @@ print("✓ sinusoidal_encoding passes the visible checks")
 # %% tags=["skip-grading"]
 from toolkit.position import LearnedPositionalEmbedding  # noqa: E402
 
-learned = LearnedPositionalEmbedding(max_len=8, d_model=4)
+learned = LearnedPositionalEmbedding(max_seq_len=8, d_model=4)
 print("8 positions:", tuple(learned(8).shape))
 try:
     learned(10)
@@ -328,14 +331,14 @@ def rope_inv_freq(
     """RoPE's angular speeds ``theta_i = base^(-2i/d)``, ``i = 0 .. d/2 - 1``.
 
     Compute in float64, then cast to ``dtype``. Validate the arguments with
-    ``_check_even("d_head", d_head)`` and ``_check_base(base)``.
+    ``check_even("d_head", d_head)`` and ``check_frequency_base(base)``.
 
     Returns:
         ``(d_head / 2,)`` tensor of ``dtype``.
     """
     ### BEGIN SOLUTION
-    _check_even("d_head", d_head)
-    _check_base(base)
+    check_even("d_head", d_head)
+    check_frequency_base(base)
     two_i = torch.arange(0, d_head, 2, dtype=torch.float64)  # 2i = 0, 2, ..., d-2
     return (base ** (-two_i / d_head)).to(dtype)  # theta_i = base^(-2i/d)
     ### END SOLUTION
@@ -372,7 +375,7 @@ def rope_cos_sin(
     Args:
         positions: absolute positions, ``(T,)`` or ``(B, T)`` (int or float).
         inv_freq: ``(d_head / 2,)`` floating-point angular speeds.
-        layout: ``"half"`` or ``"interleaved"`` (check it with ``_check_layout(layout)``).
+        layout: ``"half"`` or ``"interleaved"`` (check it with ``check_rope_layout(layout)``).
 
     Returns:
         ``(cos, sin)``, each ``(T, d_head)`` for ``(T,)`` positions, or
@@ -381,7 +384,7 @@ def rope_cos_sin(
         is not a 1-D floating-point tensor.
     """
     ### BEGIN SOLUTION
-    _check_layout(layout)
+    check_rope_layout(layout)
     if not isinstance(positions, Tensor) or positions.ndim not in (1, 2):
         raise ValueError("positions must be a tensor shaped (T,) or (B, T)")
     if not isinstance(inv_freq, Tensor) or inv_freq.ndim != 1:
@@ -445,7 +448,7 @@ def apply_rope(
         ``x.dtype`` before using them).
 
     Raise ``ValueError`` for: ``x`` not a tensor with at least 2 dimensions; an odd
-    ``d_head`` (``_check_even``); an unknown layout (``_check_layout``); ``positions``
+    ``d_head`` (``check_even``); an unknown layout (``check_rope_layout``); ``positions``
     not a tensor shaped ``(T,)`` or ``(B, T)`` with the right ``T``; ``(B, T)`` positions
     with an ``x`` that is not 4-D or whose batch size is neither ``B`` nor broadcastable
     (``positions.shape[0]`` must be 1 or ``x.shape[0]``); ``inv_freq`` not of shape
@@ -455,8 +458,8 @@ def apply_rope(
     if not isinstance(x, Tensor) or x.ndim < 2:
         raise ValueError("x must be a tensor shaped (B, H, T, d_head)")
     d_head, T = x.shape[-1], x.shape[-2]
-    _check_even("d_head (last dimension of x)", d_head)
-    _check_layout(layout)
+    check_even("d_head (last dimension of x)", d_head)
+    check_rope_layout(layout)
     if not isinstance(positions, Tensor):
         raise ValueError("positions must be a tensor of absolute positions, shaped (T,) or (B, T)")
     if positions.ndim not in (1, 2) or positions.shape[-1] != T:
@@ -716,18 +719,18 @@ def rope_inv_freq_linear(
     """Position interpolation: ``theta_i / s`` for every pair.
 
     Compute with float64 speeds (``rope_inv_freq(..., dtype=torch.float64)``), cast at
-    the end. Validate ``scale`` with ``_check_scale(scale)`` (a number >= 1).
+    the end. Validate ``scale`` with ``check_context_scale(scale)`` (a number >= 1).
 
     Returns:
         ``(d_head / 2,)`` tensor of ``dtype``.
     """
     ### BEGIN SOLUTION
-    _check_scale(scale)
+    check_context_scale(scale)
     return rope_inv_freq(d_head, base, dtype=torch.float64).div(scale).to(dtype)  # theta_i / s
     ### END SOLUTION
 
 
-def _ntk_base(d_head: int, base: float, scale: float) -> float:
+def ntk_base(d_head: int, base: float, scale: float) -> float:
     """The NTK-aware base ``base * s^(d / (d - 2))``."""
     ### BEGIN SOLUTION
     return base * scale ** (d_head / (d_head - 2))
@@ -737,20 +740,20 @@ def _ntk_base(d_head: int, base: float, scale: float) -> float:
 def rope_inv_freq_ntk(
     d_head: int, base: float = 10000.0, scale: float = 1.0, *, dtype: torch.dtype = torch.float32
 ) -> Tensor:
-    """NTK-aware scaling: plain RoPE speeds with the base replaced by :func:`_ntk_base`.
+    """NTK-aware scaling: plain RoPE speeds with the base replaced by :func:`ntk_base`.
 
-    Validate with ``_check_even("d_head", d_head)`` and ``_check_scale(scale)``, and raise
+    Validate with ``check_even("d_head", d_head)`` and ``check_context_scale(scale)``, and raise
     ``ValueError`` for ``d_head < 4`` (the exponent ``d/(d-2)`` needs ``d > 2``).
 
     Returns:
         ``(d_head / 2,)`` tensor of ``dtype``.
     """
     ### BEGIN SOLUTION
-    _check_even("d_head", d_head)
-    _check_scale(scale)
+    check_even("d_head", d_head)
+    check_context_scale(scale)
     if d_head < 4:
         raise ValueError(f"d_head must be >= 4 for NTK scaling (exponent d/(d-2)), got {d_head}")
-    return rope_inv_freq(d_head, _ntk_base(d_head, base, scale), dtype=dtype)
+    return rope_inv_freq(d_head, ntk_base(d_head, base, scale), dtype=dtype)
     ### END SOLUTION
 
 
@@ -760,7 +763,7 @@ pi = rope_inv_freq_linear(64, scale=4.0, dtype=torch.float64)
 assert isinstance(pi, torch.Tensor) and pi.shape == (32,), "expected a (d/2,) = (32,) tensor"
 assert torch.allclose(pi, theta / 4), "position interpolation divides every theta_i by s"
 assert rope_inv_freq_linear(64, scale=4.0).dtype == torch.float32, "the default dtype is float32"
-assert abs(_ntk_base(64, 10000.0, 4.0) - 10000 * 4 ** (64 / 62)) < 1e-6, (
+assert abs(ntk_base(64, 10000.0, 4.0) - 10000 * 4 ** (64 / 62)) < 1e-6, (
     "base' = base * s^(d/(d-2))")
 ntk = rope_inv_freq_ntk(64, scale=4.0, dtype=torch.float64)
 assert torch.allclose(ntk[0], theta[0]), "NTK leaves the fastest pair (i = 0) unchanged"
@@ -818,13 +821,13 @@ print("✓ rope_inv_freq_linear and rope_inv_freq_ntk pass the visible checks")
 def yarn_band_ratios(d_head: int, base: float, original_max_position_embeddings: int) -> Tensor:
     """``r_i = L * theta_i / (2 pi)``: how many turns pair ``i`` makes over ``L`` tokens.
 
-    Validate ``L`` with ``_check_int("original_max_position_embeddings", L)``.
+    Validate ``L`` with ``check_int("original_max_position_embeddings", L)``.
 
     Returns:
         ``(d_head / 2,)`` float64 tensor (decreasing with ``i``).
     """
     ### BEGIN SOLUTION
-    _check_int("original_max_position_embeddings", original_max_position_embeddings)
+    check_int("original_max_position_embeddings", original_max_position_embeddings)
     theta = rope_inv_freq(d_head, base, dtype=torch.float64)
     return original_max_position_embeddings * theta / (2 * math.pi)  # L / wavelength_i
     ### END SOLUTION
@@ -849,7 +852,7 @@ def yarn_inv_freq_and_temperature(
     Compute in float64.
 
     Raise ``ValueError`` for an odd ``d_head``, ``base <= 1``, ``scale < 1`` (use the
-    ``_check_*`` helpers), unless ``0 < beta_slow < beta_fast``, and for a ``ramp`` other
+    ``check_*`` helpers), unless ``0 < beta_slow < beta_fast``, and for a ``ramp`` other
     than ``"index"`` or ``"ratio"``.
 
     Returns:
@@ -857,9 +860,9 @@ def yarn_inv_freq_and_temperature(
         Python float ``0.1 ln(s) + 1`` (``1.0`` when ``s <= 1``).
     """
     ### BEGIN SOLUTION
-    _check_even("d_head", d_head)
-    _check_base(base)
-    _check_scale(scale)
+    check_even("d_head", d_head)
+    check_frequency_base(base)
+    check_context_scale(scale)
     if not (0 < beta_slow < beta_fast):
         raise ValueError(
             f"need 0 < beta_slow < beta_fast (defaults 1 and 32), got {beta_slow}, {beta_fast}"
@@ -972,7 +975,7 @@ train_short_test_long_explorer()
 # ### Exercise 4a: ALiBi slopes
 
 # %% nbgrader={"grade": false, "grade_id": "alibi_slopes", "locked": false, "schema_version": 3, "solution": true}
-def _geometric_slopes(n: int) -> list[float]:
+def geometric_slopes(n: int) -> list[float]:
     """``[2^(-8h/n) for h = 1 .. n]`` as Python floats."""
     ### BEGIN SOLUTION
     return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
@@ -982,22 +985,22 @@ def _geometric_slopes(n: int) -> list[float]:
 def alibi_slopes(n_heads: int) -> Tensor:
     """ALiBi's per-head slopes, for any ``n_heads >= 1``, in the paper's order.
 
-    Validate with ``_check_int("n_heads", n_heads)``.
+    Validate with ``check_int("n_heads", n_heads)``.
 
     Returns:
         ``(n_heads,)`` float32 tensor.
     """
     ### BEGIN SOLUTION
-    _check_int("n_heads", n_heads)
+    check_int("n_heads", n_heads)
     n_pow2 = 2 ** int(math.floor(math.log2(n_heads)))  # largest power of two <= n
-    slopes = _geometric_slopes(n_pow2)
-    slopes += _geometric_slopes(2 * n_pow2)[0::2][: n_heads - n_pow2]
+    slopes = geometric_slopes(n_pow2)
+    slopes += geometric_slopes(2 * n_pow2)[0::2][: n_heads - n_pow2]
     return torch.tensor(slopes, dtype=torch.float32)
     ### END SOLUTION
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_alibi_slopes", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-assert _geometric_slopes(4) == [2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8], "2^(-8h/n), h = 1..n"
+assert geometric_slopes(4) == [2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8], "2^(-8h/n), h = 1..n"
 m = alibi_slopes(8)
 assert isinstance(m, torch.Tensor) and m.shape == (8,) and m.dtype == torch.float32, (
     "alibi_slopes(8) should be a float32 (8,) tensor")
@@ -1044,17 +1047,17 @@ def alibi_bias(
         n_keys: ``T_k``, default ``n_queries``. Queries are aligned to the *end* of the keys.
         causal: ``-m_h (i - j)`` with ``-inf`` above the diagonal, or ``-m_h |i - j|``.
 
-    Raise ``ValueError`` for non-positive sizes (``_check_int``) and, when ``causal``, for
+    Raise ``ValueError`` for non-positive sizes (``check_int``) and, when ``causal``, for
     ``n_keys < n_queries``.
 
     Returns:
         ``(n_heads, n_queries, n_keys)`` float32 tensor.
     """
     ### BEGIN SOLUTION
-    _check_int("n_heads", n_heads)
-    _check_int("n_queries", n_queries)
+    check_int("n_heads", n_heads)
+    check_int("n_queries", n_queries)
     n_keys = n_queries if n_keys is None else n_keys
-    _check_int("n_keys", n_keys)
+    check_int("n_keys", n_keys)
     if causal and n_keys < n_queries:
         raise ValueError(
             f"causal ALiBi aligns queries to the end of the keys, so n_keys ({n_keys}) must be "

@@ -25,7 +25,7 @@
 # | 1 | sparse masks: `sliding_window_mask`, `band_mask`, `dilated_mask` | 3 |
 # | 2 | linear attention: `linear_attention`, `causal_linear_attention` | 3 |
 # | 3 | KV-cache arithmetic: `kv_cache_bytes` | 1 |
-# | 4 | grouped-query attention with a KV cache: `repeat_kv`, `KVCache.append`, `GroupedQueryAttention` | 4 |
+# | 4 | grouped-query attention with a KV cache: `repeat_kv`, `DynamicKVCache.append`, `GroupedQueryAttention` | 4 |
 # | 5 | multi-head latent attention: `mla_cache_bytes`, the two paths of `MultiHeadLatentAttention` | 3 |
 #
 # **How this notebook is graded.** Fill in each region marked `YOUR CODE HERE`. The test
@@ -50,13 +50,16 @@ from torch import Tensor, nn
 
 # From earlier assignments and the toolkit: attention itself (Assignment 01), masks,
 # RoPE (Assignment 02), input checks, and the cache class MLA uses.
+from toolkit.arguments import check_int, check_kv_heads, check_qkv
 from toolkit.attention import scaled_dot_product_attention
-from toolkit.gqa import _check_heads
-from toolkit.linear_attention import FeatureMap, _check_qkv, elu_feature_map
-from toolkit.masks import _check_positive_int, _offsets, causal_mask, combine_masks, mask_cell_count
+from toolkit.linear_attention import FeatureMap, elu_feature_map
+from toolkit.masks import causal_mask, combine_masks, mask_cell_count, query_key_offsets
 from toolkit.mla import LatentKVCache
+from toolkit.notebook import friendly_errors
 from toolkit.position import apply_rope
 from toolkit.widgets.efficient import kv_cache_calculator, mask_gallery
+
+friendly_errors()  # one short line, not a long traceback, for an exercise not written yet
 
 _ = torch.manual_seed(0)
 
@@ -95,7 +98,7 @@ _ = torch.manual_seed(0)
 #
 # ### Exercise 1: three mask builders
 #
-# The helper `_offsets(n)` gives the `(n, n)` integer matrix of `i - j` (query index minus
+# The helper `query_key_offsets(n)` gives the `(n, n)` integer matrix of `i - j` (query index minus
 # key index). Each mask is one or two comparisons on it. The argument checks are written
 # for you.
 
@@ -109,10 +112,10 @@ def sliding_window_mask(n: int, window: int, *, device=None) -> Tensor:
     Returns:
         bool ``(n, n)``.
     """
-    _check_positive_int(n, "n")
-    _check_positive_int(window, "window")
+    check_int("n", n)
+    check_int("window", window)
     ### BEGIN SOLUTION
-    d = _offsets(n, device)  # d = i - j
+    d = query_key_offsets(n, device)  # d = i - j
     return (d >= 0) & (d < window)  # 0 <= i - j < w  <=>  i - w < j <= i
     ### END SOLUTION
 
@@ -124,10 +127,10 @@ def band_mask(n: int, radius: int, *, device=None) -> Tensor:
     Returns:
         bool ``(n, n)``.
     """
-    _check_positive_int(n, "n")
-    _check_positive_int(radius, "radius", minimum=0)
+    check_int("n", n)
+    check_int("radius", radius, minimum=0)
     ### BEGIN SOLUTION
-    return _offsets(n, device).abs() <= radius  # |i - j| <= r
+    return query_key_offsets(n, device).abs() <= radius  # |i - j| <= r
     ### END SOLUTION
 
 
@@ -146,11 +149,11 @@ def dilated_mask(n: int, window: int, dilation: int, causal: bool = True, *, dev
     is a multiple of ``dilation`` (``Tensor.remainder``) and lies in
     ``[0, (window - 1) * dilation]``.
     """
-    _check_positive_int(n, "n")
-    _check_positive_int(window, "window")
-    _check_positive_int(dilation, "dilation")
+    check_int("n", n)
+    check_int("window", window)
+    check_int("dilation", dilation)
     ### BEGIN SOLUTION
-    d = _offsets(n, device)  # i - j
+    d = query_key_offsets(n, device)  # i - j
     dist = d if causal else d.abs()
     on_stride = dist.remainder(dilation) == 0  # (i - j) is a multiple of the dilation
     in_reach = (dist >= 0) & (dist <= (window - 1) * dilation)  # at most window-1 strides
@@ -277,7 +280,7 @@ def linear_attention(
     Returns:
         ``(B, H, T_q, d_v)``.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     ### BEGIN SOLUTION
     phi_q, phi_k = feature_map(q), feature_map(k)
     kv = phi_k.transpose(-2, -1) @ v  # S = phi(K)^T V: (B, H, d, d_v)
@@ -308,7 +311,7 @@ def causal_linear_attention(
     Returns:
         ``(B, H, T, d_v)``.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     if q.shape[2] != k.shape[2]:
         raise ValueError(f"causal attention needs T_q == T_k, got {q.shape[2]} and {k.shape[2]}")
     ### BEGIN SOLUTION
@@ -489,13 +492,15 @@ def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
 # %% [markdown]
 # ### Exercise 4b: the cache
 #
-# `KVCache` keeps, per layer, keys and values of shape `(B, n_kv_heads, T_cached, d)`.
+# `DynamicKVCache` keeps, per layer, keys and values of shape `(B, n_kv_heads, T_cached, d)`.
 # Write `append`: store the first `k, v` a layer receives, concatenate later ones along
 # the **time** axis, and return the layer's full `(K, V)`. The list `self.keys` grows as
-# new layers appear (fill the gaps with `None`). The other methods are given.
+# new layers appear (fill the gaps with `None`). The other methods are given. (The name
+# follows Hugging Face's `DynamicCache`: the cache grows as tokens arrive. The capstone's
+# `StaticKVCache` instead pre-allocates room for `max_seq_len` positions.)
 
 # %% nbgrader={"grade": false, "grade_id": "kv_cache", "locked": false, "schema_version": 3, "solution": true}
-class KVCache:
+class DynamicKVCache:
     """Per-layer key/value cache for incremental decoding.
 
     ``keys[layer]`` and ``values[layer]`` are ``(B, n_kv_heads, T_cached, d)`` (or
@@ -575,7 +580,7 @@ class GroupedQueryAttention(nn.Module):
         super().__init__()
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
-        _check_heads(n_heads, n_kv_heads)
+        check_kv_heads(n_heads, n_kv_heads)
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.d_head = d_model // n_heads
         self.n_rep = n_heads // n_kv_heads  # group size g
@@ -590,7 +595,7 @@ class GroupedQueryAttention(nn.Module):
         self,
         x: Tensor,
         mask: Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: DynamicKVCache | None = None,
         layer_idx: int = 0,
         causal: bool = True,
         rotary: Callable[[Tensor, Tensor], Tensor] | None = None,
@@ -600,7 +605,7 @@ class GroupedQueryAttention(nn.Module):
             x: ``(B, T, d_model)``; only the new tokens when decoding with a cache.
             mask: extra bool mask broadcastable to ``(B, n_heads, T, P + T)`` (e.g. key
                 padding), ANDed with the causal mask.
-            cache: a ``KVCache``; the new ``k, v`` (``n_kv_heads`` heads) are appended to
+            cache: a ``DynamicKVCache``; the new ``k, v`` (``n_kv_heads`` heads) are appended to
                 ``layer_idx`` and the queries attend to everything cached so far.
             causal: the query at absolute position ``p`` sees keys ``<= p``.
             rotary: optional ``rotary(t, positions)`` for q and k.
@@ -637,7 +642,7 @@ assert rep[0, :, 0, 0].tolist() == [0, 0, 0, 1, 1, 1], (
     f"query heads 0-2 must read KV head 0 and heads 3-5 KV head 1 (h // 3), got "
     f"{rep[0, :, 0, 0].tolist()}: that looks like h % n_kv_heads")
 
-cache = KVCache()
+cache = DynamicKVCache()
 k0, v0 = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 4)
 k1, v1 = torch.randn(2, 2, 1, 4), torch.randn(2, 2, 1, 4)
 cache.append(0, k0, v0)
@@ -656,7 +661,7 @@ x = torch.randn(2, 6, 32)
 with torch.no_grad():
     full = gqa(x)
     assert full.shape == (2, 6, 32), f"expected (B, T, d_model) = (2, 6, 32), got {full.shape}"
-    cache = KVCache()
+    cache = DynamicKVCache()
     steps = [gqa(x[:, :3], cache=cache)] + [gqa(x[:, t:t + 1], cache=cache) for t in range(3, 6)]
     cached = torch.cat(steps, dim=1)
 assert torch.allclose(cached, full, atol=1e-5), (
@@ -666,7 +671,7 @@ assert torch.allclose(cached, full, atol=1e-5), (
 assert cache.keys[0].shape == (2, 2, 6, 4), (
     f"the cache should hold only the 2 KV heads: (B, n_kv_heads, T, d_head) = (2, 2, 6, 4), got "
     f"{tuple(cache.keys[0].shape)}")
-print("✓ repeat_kv, KVCache and GroupedQueryAttention pass the visible checks")
+print("✓ repeat_kv, DynamicKVCache and GroupedQueryAttention pass the visible checks")
 
 # %% [markdown]
 # ## 5. Multi-head latent attention

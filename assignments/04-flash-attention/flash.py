@@ -58,12 +58,17 @@ try:
     import triton
     import triton.language as tl
 except ImportError:  # Triton ships for Linux only: parts 1 and 2 still work without it
-    from toolkit.kernels.flash_triton import tl, triton  # stand-ins: define kernels, never run
+    from toolkit.kernels.runtime import tl, triton  # stand-ins: define kernels, never run
 
 # Given helpers: input checks, the causal mask of one tile, and the launch checks of part 3.
-from toolkit.flash import NEG_INF, PeakMemoryCounter, _causal_tile_mask, _check_inputs
-from toolkit.kernels.flash_triton import LOG2E, check_kernel_launch
+from toolkit.arguments import check_flash_inputs
+from toolkit.flash import NEG_INF, PeakMemoryCounter, causal_tile_mask
+from toolkit.kernels.flash_teaching import check_kernel_launch
+from toolkit.kernels.runtime import LOG2E
+from toolkit.notebook import friendly_errors
 from toolkit.widgets.efficient import attention_memory_explorer, online_softmax_stepper
+
+friendly_errors()  # one short line, not a long traceback, for an exercise not written yet
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 _ = torch.manual_seed(0)
@@ -196,7 +201,7 @@ online_softmax_stepper()
 #   (for `N_q == N_k` this is the usual `j <= i`). Key tiles that start after the query
 #   tile's last visible key, `min(N_k, qe + shift)`, are skipped entirely: that is where
 #   causal attention saves half the work. Only tiles that *cross* the diagonal
-#   (`ke - 1 > qs + shift`) need the mask `_causal_tile_mask(qs, qe, ks, ke, shift, device)`.
+#   (`ke - 1 > qs + shift`) need the mask `causal_tile_mask(qs, qe, ks, ke, shift, device)`.
 # * **A row with nothing visible** (possible when `N_q > N_k` with a causal mask) keeps
 #   $m = -\infty$; use `m_safe = where(m' == -inf, 0, m')` in the exponentials so that
 #   no `-inf - (-inf) = NaN` appears. Such a row returns zeros and `lse = -inf`.
@@ -227,7 +232,7 @@ def flash_attention_forward(
         ``out (B, H, N_q, d_v)`` in ``q``'s dtype and ``lse (B, H, N_q)`` in ``acc_dtype``,
         ``lse = m + log l`` (``-inf`` for a row with no visible key, whose output is 0).
     """
-    g = _check_inputs(q, k, v, block_q, block_k)
+    g = check_flash_inputs(q, k, v, block_q, block_k)
     B, H, N_q, d = q.shape
     H_kv, N_k, d_v = k.shape[1], k.shape[2], v.shape[-1]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
@@ -252,7 +257,7 @@ def flash_attention_forward(
             v_tile = v[:, :, None, ks:ke, :].to(acc_dtype)  # (B, H_kv, 1, bk, d_v)
             s = (q_tile @ k_tile.transpose(-2, -1)) * scale  # S = Q K^T / sqrt(d): (.., bq, bk)
             if causal and ke - 1 > qs + shift:  # tile crosses the diagonal
-                s = s.masked_fill(~_causal_tile_mask(qs, qe, ks, ke, shift, q.device), NEG_INF)
+                s = s.masked_fill(~causal_tile_mask(qs, qe, ks, ke, shift, q.device), NEG_INF)
             m_new = torch.maximum(m, s.amax(dim=-1))  # m' = max(m, rowmax(S))
             m_safe = torch.where(m_new == NEG_INF, 0.0, m_new)  # rows with no visible key yet
             p = torch.exp(s - m_safe.unsqueeze(-1))  # P~ = exp(S - m')

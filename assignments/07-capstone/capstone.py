@@ -21,7 +21,7 @@
 #
 # | part | you write | points |
 # |---|---|---|
-# | 1 | `KVCache.update`: the per-layer key/value store | 2 |
+# | 1 | `StaticKVCache.update`: the per-layer key/value store | 2 |
 # | 2 | `CausalSelfAttention.forward`: RoPE at absolute positions, GQA, causal mask, cache | 3 |
 # | 3 | `GPT`: weight tying, `unembed`, `forward` | 4 |
 # | 4 | `apply_temperature`, `top_k_filter`, `top_p_filter` | 4 |
@@ -36,7 +36,7 @@
 # `capstone.safetensors` that the training section writes next to this notebook; the
 # grader loads it into *your* `GPT` class and measures its loss on held-out text (part 7).
 #
-# While the hidden checks run, the toolkit's own `KVCache`, `CausalSelfAttention`, `GPT`,
+# While the hidden checks run, the toolkit's own `StaticKVCache`, `CausalSelfAttention`, `GPT`,
 # samplers, `generate` and `train_step` (and PyTorch's fused attention) are switched off:
 # calling them fails the check. The building blocks of earlier assignments (`apply_rope`,
 # `repeat_kv`, `causal_mask`, `scaled_dot_product_attention`, the norms and feed-forward
@@ -46,7 +46,7 @@
 # two cores) and seconds on a GPU; everything else runs in seconds.
 #
 # **Conventions.** Token ids `idx` are `(B, T)`; activations `(B, T, d)`; attention tensors
-# `(B, heads, T, head_dim)`; logits `(B, T, V)`. Masks are `bool` with `True` = may attend.
+# `(B, heads, T, d_head)`; logits `(B, T, V)`. Masks are `bool` with `True` = may attend.
 # A position's *absolute* index counts from the start of the sequence, including tokens that
 # are already in the cache.
 
@@ -70,6 +70,7 @@ from toolkit.gqa import repeat_kv
 from toolkit.masks import causal_mask
 from toolkit.models import GPTConfig, count_parameters, parameter_matched_configs
 from toolkit.norm import LayerNorm, RMSNorm
+from toolkit.notebook import friendly_errors
 from toolkit.position import apply_rope
 from toolkit.train import (
     TrainHistory,
@@ -85,6 +86,8 @@ from toolkit.widgets.generation import (
     sampling_playground,
     side_by_side_generation,
 )
+
+friendly_errors()  # one short line, not a long traceback, for an exercise not written yet
 
 _ = torch.manual_seed(0)
 
@@ -115,15 +118,15 @@ _ = torch.manual_seed(0)
 #
 # `GPTConfig` (from the toolkit) holds the hyper-parameters; `GPTConfig.modern(...)` and
 # `GPTConfig.classic(...)` pick a recipe. The resolved choices are properties:
-# `position_type`, `norm_type`, `mlp_type`, `use_bias`, `kv_heads`, `head_dim`.
+# `position_type`, `norm_type`, `mlp_type`, `use_bias`, `kv_heads`, `d_head`.
 # Your classes read everything from the config.
 
 # %%
-demo_config = GPTConfig.modern(d_model=64, n_layer=2, n_head=4, max_seq_len=32)
+demo_config = GPTConfig.modern(d_model=64, n_layers=2, n_heads=4, max_seq_len=32)
 print(demo_config.position_type, demo_config.norm_type, demo_config.mlp_type,
       "bias" if demo_config.use_bias else "no bias",
-      f"{demo_config.n_head} query heads, {demo_config.kv_heads} KV heads,"
-      f" head_dim {demo_config.head_dim}")
+      f"{demo_config.n_heads} query heads, {demo_config.kv_heads} KV heads,"
+      f" d_head {demo_config.d_head}")
 
 # %% [markdown]
 # ## 1. The KV cache
@@ -137,12 +140,14 @@ print(demo_config.position_type, demo_config.norm_type, demo_config.mlp_type,
 # computes the new token's query, key and value, appends the key and value, and attends
 # over everything stored: $O(t d)$ attention plus $O(d^2)$ projections per step.
 #
-# Our cache pre-allocates, per layer, two buffers of shape `(B, n_kv_head, max_seq_len,
-# head_dim)` on the first write (taking batch size, dtype and device from the first keys).
-# With grouped-query attention it stores the `n_kv_head` shared heads, not the `n_head`
-# query heads: that is where GQA's memory saving comes from.
+# Our cache pre-allocates, per layer, two buffers of shape `(B, n_kv_heads, max_seq_len,
+# d_head)` on the first write (taking batch size, dtype and device from the first keys).
+# With grouped-query attention it stores the `n_kv_heads` shared heads, not the `n_heads`
+# query heads: that is where GQA's memory saving comes from. (Hence the name, as Hugging
+# Face's `StaticCache`: the buffers never change size. Assignment 03's `DynamicKVCache`
+# grows by concatenation instead.)
 #
-# ### Exercise 1: `KVCache.update`
+# ### Exercise 1: `StaticKVCache.update`
 #
 # `update(layer, k, v, start_pos)` writes `k` and `v` (each `(B, H_kv, T, D)`) into
 # positions `start_pos, ..., start_pos + T - 1` of that layer's buffers and returns *all*
@@ -152,22 +157,22 @@ print(demo_config.position_type, demo_config.norm_type, demo_config.mlp_type,
 # kept by the model's `forward`, not here.)
 
 # %% nbgrader={"grade": false, "grade_id": "kv_cache", "locked": false, "schema_version": 3, "solution": true}
-class KVCache:
+class StaticKVCache:
     """Keys and values of every layer for the positions processed so far.
 
-    Per layer, two buffers ``(B, n_kv_head, max_seq_len, head_dim)`` (keys, values),
+    Per layer, two buffers ``(B, n_kv_heads, max_seq_len, d_head)`` (keys, values),
     allocated on the first :meth:`update` of that layer. ``length`` counts the positions
     filled; the model's ``forward`` sets it.
 
     Args:
-        n_layer: number of layers.
+        n_layers: number of layers.
         max_seq_len: capacity in positions.
     """
 
-    def __init__(self, n_layer: int, max_seq_len: int):
-        self.n_layer, self.max_seq_len = n_layer, max_seq_len
-        self.keys: list[Tensor | None] = [None] * n_layer
-        self.values: list[Tensor | None] = [None] * n_layer
+    def __init__(self, n_layers: int, max_seq_len: int):
+        self.n_layers, self.max_seq_len = n_layers, max_seq_len
+        self.keys: list[Tensor | None] = [None] * n_layers
+        self.values: list[Tensor | None] = [None] * n_layers
         self.length = 0
 
     @property
@@ -206,23 +211,23 @@ class KVCache:
 
     def reorder(self, index: Tensor) -> None:
         """Select batch rows (beam search: row ``i`` becomes old row ``index[i]``)."""
-        for layer in range(self.n_layer):
+        for layer in range(self.n_layers):
             if self.keys[layer] is not None:
                 self.keys[layer] = self.keys[layer].index_select(0, index)
                 self.values[layer] = self.values[layer].index_select(0, index)
 
     def reset(self) -> None:
-        self.keys = [None] * self.n_layer
-        self.values = [None] * self.n_layer
+        self.keys = [None] * self.n_layers
+        self.values = [None] * self.n_layers
         self.length = 0
 
     def nbytes(self) -> int:
-        """Bytes held: ``2 x layers x B x n_kv_head x max_seq_len x head_dim x bytes``."""
+        """Bytes held: ``2 x layers x B x n_kv_heads x max_seq_len x d_head x bytes``."""
         return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_kv_cache", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-cache = KVCache(n_layer=2, max_seq_len=10)
+cache = StaticKVCache(n_layers=2, max_seq_len=10)
 k1, v1 = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)  # (B=2, H_kv=3, T=4, D=5)
 keys, values = cache.update(0, k1, v1, start_pos=0)
 assert keys.shape == (2, 3, 4, 5) and values.shape == (2, 3, 4, 5), (
@@ -247,17 +252,17 @@ except ValueError:
     pass
 else:
     raise AssertionError("a cache that holds a batch of 2 must refuse a batch of 3 (ValueError)")
-print("KVCache: visible checks passed")
+print("StaticKVCache: visible checks passed")
 
 # %% [markdown]
 # ## 2. Causal self-attention with RoPE, GQA and a cache
 #
 # The attention layer of the modern recipe, in the Hugging Face LLaMA naming:
-# `q_proj: d -> n_head * D`, `k_proj, v_proj: d -> n_kv_head * D`, `o_proj: n_head * D -> d`
-# with `D = head_dim`. Its forward pass, for `x` of shape `(B, T, d)` whose tokens sit at
+# `q_proj: d -> n_heads * D`, `k_proj, v_proj: d -> n_kv_heads * D`, `o_proj: n_heads * D -> d`
+# with `D = d_head`. Its forward pass, for `x` of shape `(B, T, d)` whose tokens sit at
 # absolute positions `positions = [start_pos, ..., start_pos + T - 1]`:
 #
-# 1. Project and split heads: `q` `(B, n_head, T, D)`, `k`, `v` `(B, n_kv_head, T, D)`
+# 1. Project and split heads: `q` `(B, n_heads, T, D)`, `k`, `v` `(B, n_kv_heads, T, D)`
 #    (`view(B, T, heads, D).transpose(1, 2)`).
 # 2. If the config uses RoPE (`config.position_type == "rope"`): rotate `q` and `k` (never
 #    `v`) by their **absolute** positions: `apply_rope(q, positions, base=config.rope_base,
@@ -267,14 +272,14 @@ print("KVCache: visible checks passed")
 #    that the full forward pass never shows, only cached decoding does.
 # 3. With a cache: `k, v = cache.update(self.layer_idx, k, v, start_pos)`, which now hold
 #    every position `0 .. start_pos + T - 1`.
-# 4. GQA: query head `h` reads KV head `h // n_rep` with `n_rep = n_head / n_kv_head`:
+# 4. GQA: query head `h` reads KV head `h // n_rep` with `n_rep = n_heads / n_kv_heads`:
 #    `repeat_kv(k, self.n_rep)` (consecutive query heads share a KV head).
 # 5. The causal mask. With `T_k` keys and `T` queries, query `i` sits at absolute position
 #    `(T_k - T) + i` and may see keys `j <= (T_k - T) + i`:
 #    `causal_mask(T, T_k, offset=T_k - T)`. Without a cache `T_k = T` and this is the
 #    usual lower triangle; for one new token it is a single row of `True`.
 # 6. `scaled_dot_product_attention(q, k, v, mask)`, merge heads
-#    (`transpose(1, 2).reshape(B, T, n_head * D)`) and apply `o_proj`.
+#    (`transpose(1, 2).reshape(B, T, n_heads * D)`) and apply `o_proj`.
 #
 # The causal mask is what makes next-token training honest: without it, position `t` can
 # read token `t + 1`, which is exactly the target it is asked to predict. The loss then
@@ -297,23 +302,23 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig, layer_idx: int):
         super().__init__()
         self.config, self.layer_idx = config, layer_idx
-        self.n_head, self.n_kv_head, self.head_dim = config.n_head, config.kv_heads, config.head_dim
-        self.n_rep = self.n_head // self.n_kv_head  # query heads per KV head
-        d, D, bias = config.d_model, self.head_dim, config.use_bias
-        self.q_proj = nn.Linear(d, self.n_head * D, bias=bias)
-        self.k_proj = nn.Linear(d, self.n_kv_head * D, bias=bias)
-        self.v_proj = nn.Linear(d, self.n_kv_head * D, bias=bias)
-        self.o_proj = nn.Linear(self.n_head * D, d, bias=bias)
+        self.n_heads, self.n_kv_heads, self.d_head = config.n_heads, config.kv_heads, config.d_head
+        self.n_rep = self.n_heads // self.n_kv_heads  # query heads per KV head
+        d, D, bias = config.d_model, self.d_head, config.use_bias
+        self.q_proj = nn.Linear(d, self.n_heads * D, bias=bias)
+        self.k_proj = nn.Linear(d, self.n_kv_heads * D, bias=bias)
+        self.v_proj = nn.Linear(d, self.n_kv_heads * D, bias=bias)
+        self.o_proj = nn.Linear(self.n_heads * D, d, bias=bias)
 
     def forward(
-        self, x: Tensor, positions: Tensor, cache: KVCache | None = None, start_pos: int = 0
+        self, x: Tensor, positions: Tensor, cache: StaticKVCache | None = None, start_pos: int = 0
     ) -> Tensor:
         """
         Args:
             x: ``(B, T, d)``.
             positions: ``(T,)`` absolute positions of the ``T`` tokens
                 (``start_pos .. start_pos + T - 1``).
-            cache: a ``KVCache`` or ``None``; with a cache, this call's keys and values
+            cache: a ``StaticKVCache`` or ``None``; with a cache, this call's keys and values
                 are written at ``start_pos`` and the queries attend to every stored
                 position up to their own.
             start_pos: absolute position of ``x[:, 0]``.
@@ -323,7 +328,7 @@ class CausalSelfAttention(nn.Module):
         """
         ### BEGIN SOLUTION
         B, T, _ = x.shape
-        H, H_kv, D = self.n_head, self.n_kv_head, self.head_dim
+        H, H_kv, D = self.n_heads, self.n_kv_heads, self.d_head
         q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
         k = self.k_proj(x).view(B, T, H_kv, D).transpose(1, 2)  # (B, H_kv, T, D)
         v = self.v_proj(x).view(B, T, H_kv, D).transpose(1, 2)  # (B, H_kv, T, D)
@@ -346,7 +351,7 @@ class CausalSelfAttention(nn.Module):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_attention", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-cfg = GPTConfig.modern(d_model=32, n_layer=1, n_head=4, n_kv_head=2, max_seq_len=16)
+cfg = GPTConfig.modern(d_model=32, n_layers=1, n_heads=4, n_kv_heads=2, max_seq_len=16)
 attn = CausalSelfAttention(cfg, layer_idx=0).eval()
 x = torch.randn(2, 7, 32)
 with torch.no_grad():
@@ -359,7 +364,7 @@ with torch.no_grad():
     assert torch.allclose(out[:, :4], out2[:, :4], atol=1e-6), (
         "changing future tokens changed earlier outputs: the causal mask is missing or wrong")
     # A cache: 5 tokens at once, then 2 tokens one at a time = all 7 at once.
-    cache = KVCache(n_layer=1, max_seq_len=16)
+    cache = StaticKVCache(n_layers=1, max_seq_len=16)
     parts = [attn(x[:, :5], torch.arange(5), cache, 0)]
     for t in (5, 6):
         parts.append(attn(x[:, t:t + 1], torch.arange(t, t + 1), cache, t))
@@ -401,7 +406,7 @@ class Block(nn.Module):
         self.drop = nn.Dropout(config.dropout)
 
     def forward(
-        self, x: Tensor, positions: Tensor, cache: KVCache | None = None, start_pos: int = 0
+        self, x: Tensor, positions: Tensor, cache: StaticKVCache | None = None, start_pos: int = 0
     ) -> Tensor:
         if self.pre_norm:
             x = x + self.drop(self.attn(self.ln_1(x), positions, cache, start_pos))  # x + F(LN(x))
@@ -464,7 +469,7 @@ class GPT(nn.Module):
             else None
         )
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
+        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
         # Pre-norm leaves the stream un-normalised, so one final norm before the head.
         self.ln_f = _make_norm(config) if config.norm_placement == "pre" else nn.Identity()
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)  # weight (V, d)
@@ -488,14 +493,14 @@ class GPT(nn.Module):
                 nn.init.ones_(module.weight)
                 if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
-        residual_std = std / math.sqrt(2 * self.config.n_layer)
+        residual_std = std / math.sqrt(2 * self.config.n_layers)
         for name, p in self.named_parameters():
             if name.endswith(("o_proj.weight", "fc2.weight", "down_proj.weight")):
                 nn.init.normal_(p, mean=0.0, std=residual_std)
 
-    def new_cache(self) -> KVCache:
-        """An empty :class:`KVCache` sized for this model."""
-        return KVCache(self.config.n_layer, self.config.max_seq_len)
+    def new_cache(self) -> StaticKVCache:
+        """An empty :class:`StaticKVCache` sized for this model."""
+        return StaticKVCache(self.config.n_layers, self.config.max_seq_len)
 
     def unembed(self, h: Tensor) -> Tensor:
         """``(B, T, d)`` -> ``(B, T, V)`` logits ``h @ W_U``; ``W_U = E^T`` when tied."""
@@ -507,14 +512,14 @@ class GPT(nn.Module):
         self,
         idx: Tensor,
         targets: Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: StaticKVCache | None = None,
         start_pos: int = 0,
     ) -> tuple[Tensor, Tensor | None]:
         """
         Args:
             idx: ``(B, T)`` token ids at absolute positions ``start_pos .. start_pos+T-1``.
             targets: ``(B, T)`` next-token ids (``-100`` = ignored), or ``None``.
-            cache: a ``KVCache`` from :meth:`new_cache` (or ``None``).
+            cache: a ``StaticKVCache`` from :meth:`new_cache` (or ``None``).
             start_pos: absolute position of ``idx[:, 0]``.
 
         Returns:
@@ -561,7 +566,7 @@ class GPT(nn.Module):
 
 # %% nbgrader={"grade": true, "grade_id": "test_gpt_forward", "locked": true, "points": 4, "schema_version": 3, "solution": false}
 torch.manual_seed(0)
-cfg = GPTConfig.modern(d_model=32, n_layer=2, n_head=4, max_seq_len=32)
+cfg = GPTConfig.modern(d_model=32, n_layers=2, n_heads=4, max_seq_len=32)
 model = GPT(cfg).eval()
 assert model.lm_head.weight is model.wte.weight, (
     "tie the head to the embedding: lm_head.weight must be the same Parameter as wte.weight")
@@ -590,7 +595,7 @@ with torch.no_grad():
         f"cached logits differ from the full pass by {(cached - logits).abs().max():.2e}: are "
         "the new tokens' positions start_pos + i (not i)?")
     # The classic recipe builds too (learned positions, LayerNorm, GELU, biases).
-    classic = GPT(GPTConfig.classic(d_model=32, n_layer=1, n_head=4, max_seq_len=32)).eval()
+    classic = GPT(GPTConfig.classic(d_model=32, n_layers=1, n_heads=4, max_seq_len=32)).eval()
     assert classic(idx)[0].shape == (2, 10, 256)
 print(f"GPT: visible checks passed ({count_parameters(model):,} parameters)")
 
@@ -819,7 +824,7 @@ def generate(
         idx: ``(B, T)`` prompt token ids.
         max_new_tokens: tokens to append; prompt + new must fit ``max_seq_len``.
         temperature, top_k, top_p, generator: passed to ``sample_next_token``.
-        use_cache: prefill once, then one token per step with a ``KVCache``; or re-run
+        use_cache: prefill once, then one token per step with a ``StaticKVCache``; or re-run
             the whole sequence every step. Both give the same tokens.
         eos_token: a row that produced it keeps producing it; stop early once every row has.
 
@@ -857,7 +862,7 @@ def generate(
 
 # %% nbgrader={"grade": true, "grade_id": "test_generate", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 torch.manual_seed(1)
-model = GPT(GPTConfig.modern(d_model=32, n_layer=2, n_head=4, max_seq_len=48, init_std=0.2))
+model = GPT(GPTConfig.modern(d_model=32, n_layers=2, n_heads=4, max_seq_len=48, init_std=0.2))
 prompt = torch.randint(0, 256, (2, 5))
 fast = generate(model, prompt, 20, temperature=0)
 slow = generate(model, prompt, 20, temperature=0, use_cache=False)
@@ -924,7 +929,7 @@ def train_step(
 
 # %% nbgrader={"grade": true, "grade_id": "test_train_step", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 torch.manual_seed(0)
-tiny = GPT(GPTConfig.modern(d_model=32, n_layer=1, n_head=4, max_seq_len=16))
+tiny = GPT(GPTConfig.modern(d_model=32, n_layers=1, n_heads=4, max_seq_len=16))
 opt = torch.optim.AdamW(tiny.parameters(), lr=1e-2)
 xb = torch.randint(0, 256, (4, 16))
 yb = torch.roll(xb, -1, dims=1)
@@ -1065,7 +1070,7 @@ def train_model(model, steps, *, batch_size=16, block_size=128, max_lr=3e-3, eva
 
 
 torch.manual_seed(0)
-config = GPTConfig.modern(vocab_size=256, d_model=128, n_layer=4, n_head=4, max_seq_len=128)
+config = GPTConfig.modern(vocab_size=256, d_model=128, n_layers=4, n_heads=4, max_seq_len=128)
 my_model = GPT(config)
 print(f"{count_parameters(my_model):,} parameters, training on {DEVICE}")
 live = LiveLossPlot(every=10, vocab_size=256, title="modern recipe")
@@ -1128,7 +1133,7 @@ for temperature in (0.3, 0.8, 1.2):
 
 # %% tags=["skip-grading"]
 COMPARE_STEPS = 300
-classic_cfg, modern_cfg = parameter_matched_configs(d_model=128, n_layer=4, n_head=4,
+classic_cfg, modern_cfg = parameter_matched_configs(d_model=128, n_layers=4, n_heads=4,
                                                     max_seq_len=128)
 runs, histories = {}, {}
 for label, cfg in (("classic", classic_cfg), ("modern", modern_cfg)):

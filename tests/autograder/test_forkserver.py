@@ -3,14 +3,15 @@ ordinary, as kernels started from scratch, and must share nothing with each othe
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from autograder import forkserver, sandbox
+from autograder import forkserver, sandbox, slots
 from autograder.execute import KernelSession
+from autograder.limits import GiB, Limits
+from autograder.storage import can_mount
 
 pytestmark = pytest.mark.skipif(not forkserver.enabled(), reason="fork server unavailable here")
 
@@ -18,20 +19,15 @@ pytestmark = pytest.mark.skipif(not forkserver.enabled(), reason="fork server un
 def _run(cells, *, fork=True, slot=None, limits=None):
     """Run code cells in a fresh session; return (outputs per cell, events, session)."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    scratch = Path(tempfile.mkdtemp(dir=forkserver.scratch_root()))
-    with sandbox.sandbox_slot() as claimed:
-        session = KernelSession(
-            scratch / "work",
-            slot=claimed if slot is None else slot,
-            cell_timeout=30,
-            limits=limits,
-            use_fork_server=fork,
-        )
+    limits = limits or Limits(cell_timeout=30)
+    with slots.sandbox_slot() as claimed:
+        session = KernelSession(limits, slot=claimed if slot is None else slot,
+                                use_fork_server=fork)
         try:
             session.run_notebook(nb)
-            forked = session.km.fork_server is not None
+            forked = session.launcher.forked
         finally:
-            session.shutdown()
+            session.close()
     texts = ["".join(str(o.get("text", "")) + str(o.get("evalue", "")) for o in c.outputs)
              for c in nb.cells]
     return texts, session.events, forked
@@ -53,7 +49,7 @@ print(json.dumps({
 
 
 def test_a_forked_kernel_looks_like_one_started_from_scratch():
-    limits = sandbox.Limits(address_space=5 * 2**30)
+    limits = Limits(memory_bytes=7 * GiB)
     (forked_out,), events, forked = _run([PROBE], limits=limits)
     (fresh_out,), _, fresh_forked = _run([PROBE], fork=False, limits=limits)
     assert forked and not fresh_forked and not events
@@ -66,7 +62,7 @@ def test_a_forked_kernel_looks_like_one_started_from_scratch():
         if not sandbox.bwrap_path():
             view.pop("tmp")  # the host's /tmp, which other programs change meanwhile
     assert forked_view == fresh_view
-    assert forked_view["as"] == [5 * 2**30] * 2
+    assert forked_view["as"] == [limits.address_space(can_mount())] * 2
     assert forked_view["no_new_privs"] == "1" and forked_view["siblings"] == ["work"]
     if os.geteuid() == 0 and sandbox.bwrap_path():
         assert forked_view["uid"] >= 61000 and forked_view["caps"] == "0000000000000000"
@@ -97,11 +93,11 @@ print('tmp', os.path.exists('/tmp/trace'), 'devshm', os.path.exists('/dev/shm/tr
 
 @pytest.mark.skipif(os.geteuid() != 0 or not sandbox.bwrap_path(), reason="needs root + bwrap")
 def test_nothing_of_one_kernel_reaches_the_next():
-    with sandbox.sandbox_slot() as slot:
+    with slots.sandbox_slot() as slot:
         (first,), _, _ = _run([LEAVE_TRACES], slot=slot)
         assert "shm -1" not in first  # the segment was made
         # The daemon escaped the kernel's process tree, yet it is gone with the kernel.
-        assert sandbox._processes_of(sandbox.sandbox_uid(slot)) == {}
+        assert slots.processes_of(sandbox.sandbox_uid(slot)) == {}
         (second,), _, forked = _run([FIND_TRACES], slot=slot)
     assert forked
     assert second.split() == ["tmp", "False", "devshm", "False", "shm", "False"]
@@ -123,7 +119,7 @@ def test_the_kernel_cannot_signal_the_zygote():
 
 def test_the_kernel_holds_none_of_the_zygotes_pipes():
     """A kernel that could write to the zygote's stdout could answer in its name."""
-    with sandbox.sandbox_slot() as slot:
+    with slots.sandbox_slot() as slot:
         server = forkserver.get(slot, ())
         pipes = {os.readlink(f"/proc/{server.process.pid}/fd/{fd}") for fd in (0, 1)}
         assert all(p.startswith("pipe:") for p in pipes)
@@ -136,7 +132,7 @@ def test_the_kernel_holds_none_of_the_zygotes_pipes():
 
 
 def test_a_dead_zygote_is_replaced():
-    with sandbox.sandbox_slot() as slot:
+    with slots.sandbox_slot() as slot:
         first = forkserver.get(slot, ())
         first.process.kill()
         first.process.wait()
@@ -152,10 +148,10 @@ def test_a_kernel_that_dies_is_reported_and_restarted():
 
 
 def test_workdir_must_lie_in_the_scratch_root():
-    with sandbox.sandbox_slot() as slot:
+    with slots.sandbox_slot() as slot:
         server = forkserver.get(slot, ())
         with pytest.raises(ValueError, match="not inside"):
-            server.spawn(Path("/nowhere/conn.json"), Path("/nowhere"), {}, sandbox.Limits())
+            server.spawn(Path("/nowhere/conn.json"), Path("/nowhere"), {}, {})
 
 
 def test_switched_off_by_environment(monkeypatch):
@@ -167,16 +163,17 @@ def test_switched_off_by_environment(monkeypatch):
 
 def test_without_bubblewrap_limits_still_apply(monkeypatch):
     monkeypatch.setenv("AUTOGRADER_NO_BWRAP", "1")
-    limits = sandbox.Limits(address_space=3 * 2**30, open_files=100)
+    limits = Limits(memory_bytes=5 * GiB, open_files=100)
     (out,), events, forked = _run([PROBE], limits=limits)
     view = json.loads(out)
     assert forked and not events
-    assert view["as"] == [3 * 2**30] * 2 and view["nofile"] == [100, 100]
+    assert view["as"] == [limits.address_space(can_mount())] * 2
+    assert view["nofile"] == [100, 100]
     assert view["uid"] == os.getuid()  # no sandbox uid without bubblewrap
 
 
 def test_slots_are_exclusive():
-    with sandbox.sandbox_slot() as a, sandbox.sandbox_slot() as b:
+    with slots.sandbox_slot() as a, slots.sandbox_slot() as b:
         assert a != b
-    with sandbox.sandbox_slot() as c:
+    with slots.sandbox_slot() as c:
         assert c == a  # released, and found again first

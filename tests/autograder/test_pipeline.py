@@ -67,7 +67,12 @@ def graded(tiny_course):
 def test_every_submission_is_graded(graded):
     _, first, records = graded
     assert sorted(first["graded"]) == sorted(records)
-    assert len(records) == 13
+    assert len(records) == 14
+
+
+def test_constant_answers_earn_nothing(graded):
+    rec = graded[2]["constant"]
+    assert rec["score"] == 0.0 and rec["max_score"] == 2.0
 
 
 def test_reference_full_marks_and_manual_points_pending(graded):
@@ -80,6 +85,7 @@ def test_stub_scores_zero_and_unanswered_question_gets_no_manual_wait(graded):
     rec = graded[2]["stub"]
     assert rec["score"] == 0.0 and rec["max_score"] == 2.0
     assert rec["manual_pending"] == 0.0  # an unchanged answer cell is "No response"
+    assert rec["exercises"]["test_softmax"]["attempted"] is False
 
 
 def test_mutant_is_caught_by_the_named_pitfall(graded):

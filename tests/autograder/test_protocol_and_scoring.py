@@ -7,6 +7,7 @@ import torch
 
 from autograder import protocol
 from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.jobs import CheckRecord
 from autograder.scoring import score_cells
 
 
@@ -71,12 +72,13 @@ def test_checklib_messages_name_the_problem():
         expect_tensor([1, 2])
 
 
+def _check(grade_cell, weight, passed, structural=False):
+    return CheckRecord(id="t", module="m", description="d", grade_cell=grade_cell,
+                       weight=weight, passed=passed, structural=structural)
+
+
 def test_score_is_points_times_weighted_fraction_passed():
-    checks = [
-        {"grade_cell": "a", "weight": 1.0, "passed": True},
-        {"grade_cell": "a", "weight": 3.0, "passed": False},
-        {"grade_cell": "b", "weight": 1.0, "passed": True},
-    ]
+    checks = [_check("a", 1.0, True), _check("a", 3.0, False), _check("b", 1.0, True)]
     table = score_cells({"a": 4, "b": 2, "c": 1}, checks)
     assert table["a"]["score"] == 1.0
     assert table["b"]["score"] == 2.0
@@ -84,9 +86,8 @@ def test_score_is_points_times_weighted_fraction_passed():
 
 
 def test_structural_checks_count_only_next_to_a_passing_value_check():
-    names = {"grade_cell": "a", "weight": 1.0, "passed": True, "structural": True}
-    wrong = {"grade_cell": "a", "weight": 1.0, "passed": False}
-    right = {"grade_cell": "a", "weight": 1.0, "passed": True}
+    names = _check("a", 1.0, True, structural=True)
+    wrong, right = _check("a", 1.0, False), _check("a", 1.0, True)
     assert score_cells({"a": 2}, [names, wrong])["a"]["score"] == 0.0
     assert score_cells({"a": 2}, [names, wrong, right])["a"]["score"] == round(2 * 2 / 3, 4)
 

@@ -120,7 +120,13 @@ def _stop_server(proc: subprocess.Popen, server: LabServer | None) -> None:
 
 
 @pytest.fixture(scope="module")
-def lab_server(tmp_path_factory):
+def lab_server_config():
+    """Extra server configuration (``jupyter_server_config.json``); a module overrides it."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def lab_server(tmp_path_factory, lab_server_config):
     """A JupyterLab server on 127.0.0.1 with private config/data/runtime dirs."""
     base = tmp_path_factory.mktemp("jupyterlab")
     root = base / "root"
@@ -134,6 +140,8 @@ def lab_server(tmp_path_factory):
                 {"windowingMode": "none", "autoStartDefaultKernel": True})
     _write_json(settings / "apputils-extension" / "notification.jupyterlab-settings",
                 {"fetchNews": "false", "checkForUpdates": False})
+    if lab_server_config:
+        _write_json(config_dir / "jupyter_server_config.json", lab_server_config)
 
     env = dict(os.environ)
     env.pop("TOOLKIT_HEADLESS", None)  # the widgets must really draw

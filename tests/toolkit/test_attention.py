@@ -326,7 +326,7 @@ def test_padding_mask_from_lengths():
         [[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool
     )
     assert torch.equal(m[:, 0, 0], expected)
-    assert padding_mask(torch.tensor([2]), max_len=5).shape == (1, 1, 1, 5)
+    assert padding_mask(torch.tensor([2]), max_seq_len=5).shape == (1, 1, 1, 5)
     hf = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
     assert torch.equal(padding_mask_from_attention_mask(hf), m)
 

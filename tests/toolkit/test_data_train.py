@@ -35,7 +35,7 @@ from toolkit.train import (
 def tiny_model(recipe="modern", vocab=256, seed=0, **kw):
     torch.manual_seed(seed)
     build = GPTConfig.modern if recipe == "modern" else GPTConfig.classic
-    return GPT(build(vocab_size=vocab, d_model=32, n_layer=2, n_head=4, max_seq_len=64, **kw))
+    return GPT(build(vocab_size=vocab, d_model=32, n_layers=2, n_heads=4, max_seq_len=64, **kw))
 
 
 TEXT = "def add(a, b):\n    return a + b\n\n" * 40
@@ -206,7 +206,7 @@ def test_cli_trains_and_saves(tmp_path, capsys):
     corpus.write_text(TEXT, encoding="utf-8")
     out = tmp_path / "cli.safetensors"
     main(["--recipe", "classic", "--steps", "3", "--corpus", str(corpus), "--out", str(out),
-          "--d-model", "32", "--n-layer", "1", "--n-head", "2", "--block-size", "16",
+          "--d-model", "32", "--n-layers", "1", "--n-heads", "2", "--block-size", "16",
           "--batch-size", "2", "--sample", "5", "--no-progress"])
     printed = capsys.readouterr().out
     assert "val_loss=" in printed and "saved" in printed

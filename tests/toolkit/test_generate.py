@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from toolkit.generate import (
-    _beam_search_one,
     apply_temperature,
     beam_search,
     filter_logits,
@@ -19,13 +18,14 @@ from toolkit.generate import (
     top_k_filter,
     top_p_filter,
 )
+from toolkit.generate.decoding import _beam_search_one
 from toolkit.models import GPT, GPTConfig
 
 
 def tiny_model(recipe: str = "modern", vocab: int = 29, seed: int = 0, max_seq_len: int = 96):
     torch.manual_seed(seed)
     build = GPTConfig.modern if recipe == "modern" else GPTConfig.classic
-    model = GPT(build(vocab_size=vocab, d_model=32, n_layer=2, n_head=4, max_seq_len=max_seq_len))
+    model = GPT(build(vocab_size=vocab, d_model=32, n_layers=2, n_heads=4, max_seq_len=max_seq_len))
     with torch.no_grad():  # larger logits than the 0.02 init, so decoding is not a coin toss
         model.wte.weight.mul_(20)
     return model.eval()

@@ -8,8 +8,8 @@ import torch.nn.functional as F
 
 from toolkit.attention import MultiHeadAttention, scaled_dot_product_attention
 from toolkit.gqa import (
+    DynamicKVCache,
     GroupedQueryAttention,
-    KVCache,
     grouped_attention,
     kv_cache_bytes,
     kv_head_for_query_head,
@@ -116,7 +116,7 @@ def test_cached_decoding_equals_full_forward(n_kv, use_rope):
     rotary = (lambda t, pos: apply_rope(t, pos)) if use_rope else None
     x = rand(2, 9, 32)
     full = m(x, rotary=rotary)
-    cache = KVCache()
+    cache = DynamicKVCache()
     steps = [m(x[:, :4], cache=cache, rotary=rotary)]  # prompt, then one token at a time
     steps += [m(x[:, t : t + 1], cache=cache, rotary=rotary) for t in range(4, 9)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
@@ -125,7 +125,7 @@ def test_cached_decoding_equals_full_forward(n_kv, use_rope):
 
 
 def test_cache_is_per_layer_and_sized_by_the_formula():
-    cache = KVCache()
+    cache = DynamicKVCache()
     k = torch.zeros(3, 2, 5, 16, dtype=torch.float16)
     cache.append(0, k, k)
     cache.append(1, k, k)

@@ -9,7 +9,7 @@ from torch import nn
 from toolkit.models import (
     GPT,
     GPTConfig,
-    KVCache,
+    StaticKVCache,
     count_parameters,
     parameter_matched_configs,
 )
@@ -18,7 +18,7 @@ V, D, L, H, MAXLEN = 37, 32, 2, 4, 64  # V != D so a transposed head cannot even
 
 
 def tiny(recipe: str, **overrides) -> GPTConfig:
-    kw = dict(vocab_size=V, d_model=D, n_layer=L, n_head=H, max_seq_len=MAXLEN)
+    kw = dict(vocab_size=V, d_model=D, n_layers=L, n_heads=H, max_seq_len=MAXLEN)
     kw.update(overrides)
     return GPTConfig.classic(**kw) if recipe == "classic" else GPTConfig.modern(**kw)
 
@@ -60,8 +60,8 @@ def test_recipes_choose_their_components():
 @pytest.mark.parametrize(
     "kwargs, name",
     [
-        (dict(d_model=30, n_head=4), "d_model"),
-        (dict(n_kv_head=3), "n_kv_head"),
+        (dict(d_model=30, n_heads=4), "d_model"),
+        (dict(n_kv_heads=3), "n_kv_heads"),
         (dict(recipe="future"), "recipe"),
         (dict(dropout=1.5), "dropout"),
         (dict(norm="batchnorm"), "norm"),
@@ -70,7 +70,7 @@ def test_recipes_choose_their_components():
 )
 def test_config_rejects_bad_values(kwargs, name):
     with pytest.raises(ValueError, match=name):
-        GPTConfig(**{**dict(d_model=32, n_head=4), **kwargs})
+        GPTConfig(**{**dict(d_model=32, n_heads=4), **kwargs})
 
 
 # ---------------------------------------------------------------- KV cache
@@ -79,7 +79,7 @@ def test_config_rejects_bad_values(kwargs, name):
 VARIANTS = [
     ("classic", {}),
     ("modern", {}),
-    ("modern", {"n_kv_head": 1}),  # multi-query attention
+    ("modern", {"n_kv_heads": 1}),  # multi-query attention
     ("modern", {"rope_layout": "interleaved"}),
     ("modern", {"norm_placement": "post"}),  # Post-LN, no final norm
     ("classic", {"position": "rope", "dropout": 0.1}),  # an ablation (eval: no dropout)
@@ -116,7 +116,7 @@ def test_cache_rewind_and_errors():
         model(tokens(1, MAXLEN + 1))
     with pytest.raises(ValueError, match="max_seq_len"):
         model(idx[:, :1], start_pos=MAXLEN)
-    assert isinstance(model.new_cache(), KVCache)
+    assert isinstance(model.new_cache(), StaticKVCache)
 
 
 # ---------------------------------------------------------------- causality & positions
@@ -143,9 +143,9 @@ def test_rope_model_depends_only_on_relative_positions():
 
 
 def test_gqa_equals_mha_with_shared_kv_heads():
-    """Query head h must read KV head h // (n_head / n_kv_head), not h % n_kv_head."""
-    gqa = build("modern", n_kv_head=2)
-    mha = build("modern", n_kv_head=H)
+    """Query head h must read KV head h // (n_heads / n_kv_heads), not h % n_kv_heads."""
+    gqa = build("modern", n_kv_heads=2)
+    mha = build("modern", n_kv_heads=H)
     shared = {k: v for k, v in gqa.state_dict().items() if "k_proj" not in k and "v_proj" not in k}
     mha.load_state_dict(shared, strict=False)
     Dh = D // H
@@ -224,18 +224,18 @@ def test_tying_check_catches_mutants():
 
 def test_gpt2_small_and_llama_7b_parameter_counts():
     with torch.device("meta"):
-        gpt2 = GPT(GPTConfig.classic(vocab_size=50257, n_layer=12, n_head=12, d_model=768,
+        gpt2 = GPT(GPTConfig.classic(vocab_size=50257, n_layers=12, n_heads=12, d_model=768,
                                      max_seq_len=1024))
-        llama = GPT(GPTConfig.modern(vocab_size=32000, n_layer=32, n_head=32, n_kv_head=32,
+        llama = GPT(GPTConfig.modern(vocab_size=32000, n_layers=32, n_heads=32, n_kv_heads=32,
                                      d_model=4096, max_seq_len=2048, ffn_multiple_of=256,
                                      tie_weights=False))
     assert count_parameters(gpt2) == 124_439_808  # GPT-2 small (tied)
-    assert llama.blocks[0].mlp.d_hidden == 11008
+    assert llama.blocks[0].mlp.d_ff == 11008
     assert count_parameters(llama) == 6_738_415_616  # LLaMA-7B (untied)
 
 
 def test_parameter_matched_configs():
-    classic, modern = parameter_matched_configs(vocab_size=256, d_model=64, n_layer=2, n_head=4,
+    classic, modern = parameter_matched_configs(vocab_size=256, d_model=64, n_layers=2, n_heads=4,
                                                 max_seq_len=128)
     assert classic.recipe == "classic" and modern.recipe == "modern"
     nc, nm = count_parameters(GPT(classic)), count_parameters(GPT(modern))
@@ -299,7 +299,7 @@ def test_modern_recipe_equals_hf_llama():
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
     ref = perturb_vectors(transformers.LlamaForCausalLM(cfg).double().eval())
-    ours = GPT(tiny("modern", n_kv_head=2, d_ff=48)).double().eval()
+    ours = GPT(tiny("modern", n_kv_heads=2, d_ff=48)).double().eval()
     sd = ref.state_dict()
     new = {"wte.weight": sd["model.embed_tokens.weight"], "ln_f.weight": sd["model.norm.weight"]}
     for i in range(L):
@@ -349,3 +349,8 @@ def test_ignore_index_and_target_shape():
     torch.testing.assert_close(loss, ref)
     with pytest.raises(ValueError, match="targets"):
         model(idx, idx[:, :3])
+
+
+def test_from_dict_names_the_renamed_fields():
+    with pytest.raises(ValueError, match="n_head is now n_heads"):
+        GPTConfig.from_dict({"n_head": 4, "n_layers": 2})

@@ -107,7 +107,7 @@ def test_swiglu_hidden_dim_llama():
     assert swiglu_hidden_dim(4096) == 11008  # LLaMA-7B
     assert swiglu_hidden_dim(4096, multiple_of=1) == 10922  # int(8 * 4096 / 3)
     assert swiglu_hidden_dim(5120) == 13824  # LLaMA-13B
-    assert SwiGLU(64, multiple_of=32).d_hidden == 192  # int(170.67) = 170 -> 192
+    assert SwiGLU(64, multiple_of=32).d_ff == 192  # int(170.67) = 170 -> 192
     with pytest.raises(ValueError, match="multiple_of"):
         swiglu_hidden_dim(64, multiple_of=0)
 
@@ -136,7 +136,7 @@ def test_feedforward_formula_and_size():
 )
 def test_glu_family(cls, act):
     d, h = 10, 14
-    m = cls(d, d_hidden=h)
+    m = cls(d, d_ff=h)
     assert all(p.dim() == 2 for p in m.parameters())  # no biases by default
     x = _x(3, d)
     manual = m.down_proj(act(m.gate_proj(x)) * m.up_proj(x))
@@ -160,7 +160,7 @@ def test_swiglu_matches_hf_llama_mlp():
         num_key_value_heads=2,
     )
     ref = LlamaMLP(cfg)
-    ours = SwiGLU(d, d_hidden=h)
+    ours = SwiGLU(d, d_ff=h)
     ours.load_state_dict(ref.state_dict())  # same parameter names
     x = _x(2, 5, d)
     torch.testing.assert_close(ours(x), ref(x), atol=1e-5, rtol=1e-5)

@@ -117,19 +117,19 @@ def test_shift_matrices_are_rotations_that_compose():
 
 
 def test_learned_embedding_lookup_and_errors():
-    emb = P.LearnedPositionalEmbedding(max_len=8, d_model=4)
+    emb = P.LearnedPositionalEmbedding(max_seq_len=8, d_model=4)
     assert emb.weight.shape == (8, 4)
     assert torch.equal(emb(5), emb.weight[:5])
     assert torch.equal(emb(3, offset=5), emb.weight[5:8])
     pos = torch.tensor([[0, 1, 2], [4, 5, 6]])
     assert emb(pos).shape == (2, 3, 4) and torch.equal(emb(pos)[1], emb.weight[4:7])
-    with pytest.raises(ValueError, match="max_len=8"):
+    with pytest.raises(ValueError, match="max_seq_len=8"):
         emb(9)
-    with pytest.raises(ValueError, match="max_len=8"):
+    with pytest.raises(ValueError, match="max_seq_len=8"):
         emb(4, offset=5)
-    with pytest.raises(ValueError, match="max_len=8"):
+    with pytest.raises(ValueError, match="max_seq_len=8"):
         emb(torch.arange(9))
-    with pytest.raises(ValueError, match="max_len=8"):
+    with pytest.raises(ValueError, match="max_seq_len=8"):
         emb(torch.tensor([-1, 0]))
     with pytest.raises(ValueError, match="integer"):
         emb(torch.arange(3.0))

@@ -173,7 +173,7 @@ def test_encoder_block_is_bidirectional():
 def _tiny_seq2seq(norm_first=False):
     torch.manual_seed(0)
     return EncoderDecoderModel(
-        vocab_size=20, d_model=D, n_heads=H, d_ff=FF, max_len=16, norm_first=norm_first
+        vocab_size=20, d_model=D, n_heads=H, d_ff=FF, max_seq_len=16, norm_first=norm_first
     ).to(F64)
 
 
@@ -224,7 +224,7 @@ def test_encoder_decoder_shares_token_table():
 
 def test_encoder_only_model_is_bidirectional_and_respects_padding():
     torch.manual_seed(0)
-    model = EncoderOnlyModel(vocab_size=30, d_model=D, n_heads=H, max_len=8).to(F64)
+    model = EncoderOnlyModel(vocab_size=30, d_model=D, n_heads=H, max_seq_len=8).to(F64)
     ids = torch.randint(0, 30, (2, 6), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         out = model(ids)
@@ -243,7 +243,7 @@ def test_encoder_only_model_is_bidirectional_and_respects_padding():
 def test_decoder_only_model_is_causal(norm_first):
     torch.manual_seed(0)
     model = DecoderOnlyModel(
-        vocab_size=30, d_model=D, n_heads=H, max_len=8, norm_first=norm_first
+        vocab_size=30, d_model=D, n_heads=H, max_seq_len=8, norm_first=norm_first
     ).to(F64)
     ids = torch.randint(0, 30, (2, 8), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -302,8 +302,8 @@ def test_bad_forward_inputs_raise():
         dec(torch.randn(2, 3, D), torch.randn(2, 4))
     with pytest.raises(ValueError, match="memory batch size"):
         dec(torch.randn(2, 3, D), torch.randn(1, 4, D))
-    gpt = DecoderOnlyModel(10, d_model=D, n_heads=H, max_len=4)
-    with pytest.raises(ValueError, match="max_len"):
+    gpt = DecoderOnlyModel(10, d_model=D, n_heads=H, max_seq_len=4)
+    with pytest.raises(ValueError, match="max_seq_len"):
         gpt(torch.zeros(1, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="input_ids"):
         gpt(torch.zeros(1, 3))

@@ -29,17 +29,17 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from toolkit.flash import flash_attention_forward  # noqa: E402
-from toolkit.kernels import flash_triton  # noqa: E402
-from toolkit.kernels.flash_triton import (  # noqa: E402
+from toolkit.kernels import flash_tuned  # noqa: E402
+from toolkit.kernels.flash_tuned import (  # noqa: E402
     HAS_TRITON,
+    flash_attention_tuned,
     interpreter_active,
-    triton_flash_attention,
 )
 
 if not HAS_TRITON:
     pytest.skip("triton is not installed", allow_module_level=True)
 
-COMPILED = torch.cuda.is_available() and not any(flash_triton._mode())
+COMPILED = torch.cuda.is_available() and not any(flash_tuned._mode())
 RUNNABLE = interpreter_active() or COMPILED
 DEVICE = "cuda" if COMPILED else "cpu"
 kernel_test = pytest.mark.skipif(
@@ -85,7 +85,7 @@ def reference(q, k, v, causal=False):
 
 
 def check(q, k, v, causal, atol=1e-5, **blocks):
-    out, lse = triton_flash_attention(q, k, v, causal=causal, **blocks)
+    out, lse = flash_attention_tuned(q, k, v, causal=causal, **blocks)
     ref_out, ref_lse = reference(q, k, v, causal)
     assert out.shape == q.shape and out.dtype == q.dtype
     assert lse.shape == q.shape[:3] and lse.dtype == torch.float32
@@ -134,12 +134,12 @@ def test_rectangular_causal_and_custom_scale():
     # 16 new queries against 48 cached keys: bottom-right causal, as in decoding
     q, k, v = rand(1, 2, 16, 16, seed=1), rand(1, 2, 48, 16, seed=2), rand(1, 2, 48, 16, seed=3)
     check(q, k, v, causal=True, block_m=16, block_n=16)
-    out, _ = triton_flash_attention(q, k, v, scale=0.1)
+    out, _ = flash_attention_tuned(q, k, v, scale=0.1)
     ref = torch.softmax(q.double() @ k.double().transpose(-2, -1) * 0.1, -1) @ v.double()
-    torch.testing.assert_close(out.double().cpu(), ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.double().cpu(), ref.cpu(), atol=1e-5, rtol=1e-5)
     # 40 queries, 16 keys: the first 24 queries see nothing -> zeros and lse = -inf
     q2 = rand(1, 2, 40, 16, seed=4)
-    out2, lse2 = triton_flash_attention(q2, k[:, :, :16], v[:, :, :16], True, 16, 16)
+    out2, lse2 = flash_attention_tuned(q2, k[:, :, :16], v[:, :, :16], True, 16, 16)
     ref_out, ref_lse = flash_attention_forward(q2, k[:, :, :16], v[:, :, :16], True, 16, 16)
     torch.testing.assert_close(out2, ref_out, atol=1e-5, rtol=1e-5)
     assert torch.equal(out2[:, :, :24].cpu(), torch.zeros(1, 2, 24, 16))
@@ -147,7 +147,7 @@ def test_rectangular_causal_and_custom_scale():
 
 
 @kernel_test
-def test_strided_inputs_and_padded_head_dim():
+def test_strided_inputs_and_padded_d_head():
     # (B, N, H, d) memory viewed as (B, H, N, d): works through the strides, no copy
     base = rand(1, 33, 2, 24, seed=7)
     q = base.transpose(1, 2)
@@ -161,36 +161,36 @@ def test_bf16_is_refused_in_the_interpreter():
         pytest.skip("compiled mode supports bf16")
     q = rand(1, 2, 16, 16, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="bfloat16"):
-        triton_flash_attention(q, q, q)
+        flash_attention_tuned(q, q, q)
 
 
 @kernel_test
 def test_bad_arguments():
     q = rand(1, 4, 16, 16)
     with pytest.raises(ValueError, match="block_m"):
-        triton_flash_attention(q, q, q, block_m=24)
+        flash_attention_tuned(q, q, q, block_m=24)
     with pytest.raises(ValueError, match="multiple"):
-        triton_flash_attention(q, rand(1, 3, 16, 16), rand(1, 3, 16, 16))
+        flash_attention_tuned(q, rand(1, 3, 16, 16), rand(1, 3, 16, 16))
     with pytest.raises(ValueError, match="dtype"):
-        triton_flash_attention(q, q.half(), q)
+        flash_attention_tuned(q, q.half(), q)
 
 
 def test_cpu_without_interpreter_raises_with_instructions(monkeypatch):
     # Simulate a kernel decorated while TRITON_INTERPRET was unset (a compiled JITFunction).
     from triton.runtime.jit import JITFunction
 
-    kernel = flash_triton._flash_attn_fwd_kernel
-    monkeypatch.setattr(flash_triton, "_flash_attn_fwd_kernel", JITFunction(kernel.fn))
+    kernel = flash_tuned._flash_attn_fwd_kernel
+    monkeypatch.setattr(flash_tuned, "_flash_attn_fwd_kernel", JITFunction(kernel.fn))
     assert not interpreter_active()
     q = torch.randn(1, 1, 16, 16)
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1") as err:
-        triton_flash_attention(q, q, q)
+        flash_attention_tuned(q, q, q)
     assert "before" in str(err.value)
 
 
 def test_mixed_interpreter_state_is_reported(monkeypatch):
     # TRITON_INTERPRET set between `import triton` and the kernel's import.
-    monkeypatch.setattr(flash_triton, "_mode", lambda: (True, False))
+    monkeypatch.setattr(flash_tuned, "_mode", lambda: (True, False))
     q = torch.randn(1, 1, 16, 16)
     with pytest.raises(RuntimeError, match="changed after triton had been imported"):
-        triton_flash_attention(q, q, q)
+        flash_attention_tuned(q, q, q)

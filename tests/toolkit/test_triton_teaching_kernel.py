@@ -22,13 +22,13 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from toolkit.flash import flash_attention_forward  # noqa: E402
-from toolkit.kernels import flash_triton  # noqa: E402
-from toolkit.kernels.flash_triton import (  # noqa: E402
-    HAS_TRITON,
+from toolkit.kernels import runtime  # noqa: E402
+from toolkit.kernels.flash_teaching import (  # noqa: E402
     check_kernel_launch,
     flash_attention_kernel,
     flash_attention_triton,
 )
+from toolkit.kernels.runtime import HAS_TRITON  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,7 +44,7 @@ def test_imports_and_refuses_to_run_without_triton():
                     raise ImportError("no triton here")
         sys.meta_path.insert(0, Block())
         import torch
-        from toolkit.kernels import flash_triton as ft
+        from toolkit.kernels import flash_teaching as ft
         assert not ft.HAS_TRITON
         q = torch.zeros(1, 1, 16, 16)
         try:
@@ -61,10 +61,10 @@ def test_imports_and_refuses_to_run_without_triton():
 if not HAS_TRITON:
     pytest.skip("triton is not installed", allow_module_level=True)
 
-INTERPRETED = flash_triton._interpreted(flash_attention_kernel) and flash_triton._interpreted(
-    flash_triton.tl.max
+INTERPRETED = runtime._interpreted(flash_attention_kernel) and runtime._interpreted(
+    runtime.tl.max
 )
-COMPILED = torch.cuda.is_available() and not flash_triton._interpreted(flash_attention_kernel)
+COMPILED = torch.cuda.is_available() and not runtime._interpreted(flash_attention_kernel)
 RUNNABLE = INTERPRETED or COMPILED
 DEVICE = "cuda" if COMPILED else "cpu"
 kernel_test = pytest.mark.skipif(
@@ -203,7 +203,7 @@ def test_cpu_without_interpreter_raises_with_instructions():
     q = torch.randn(1, 1, 16, 16)
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET") as err:
         check_kernel_launch(JITFunction(kernel), q, q, q, 16, 16)
-    if flash_triton._interpreted(flash_triton.tl.max):
+    if runtime._interpreted(runtime.tl.max):
         assert "changed after triton had been imported" in str(err.value)
     else:
         assert "interpreter is off" in str(err.value)

@@ -12,23 +12,24 @@ import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from toolkit.widgets import attention as A  # noqa: E402
+from toolkit.widgets import display as D  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG"
 
 
 @pytest.fixture
 def interactive(monkeypatch):
-    monkeypatch.delenv(A.HEADLESS_ENV, raising=False)
+    monkeypatch.delenv(D.HEADLESS_ENV, raising=False)
 
 
 @pytest.fixture
 def headless(monkeypatch):
-    monkeypatch.setenv(A.HEADLESS_ENV, "1")
+    monkeypatch.setenv(D.HEADLESS_ENV, "1")
 
 
 def _render(fig: Figure) -> bytes:
     assert isinstance(fig, Figure)
-    png = A.figure_to_png(fig, dpi=40)
+    png = D.figure_to_png(fig, dpi=40)
     assert png.startswith(PNG_MAGIC)
     return png
 
@@ -201,7 +202,7 @@ def test_builders_are_placeholders_when_headless(headless, builder):
 
 def test_headless_flag_parsing(monkeypatch):
     for value, expected in [("1", True), ("true", True), ("0", False), ("", False)]:
-        monkeypatch.setenv(A.HEADLESS_ENV, value)
-        assert A.is_headless() is expected
-    monkeypatch.delenv(A.HEADLESS_ENV)
-    assert A.is_headless() is False
+        monkeypatch.setenv(D.HEADLESS_ENV, value)
+        assert D.is_headless() is expected
+    monkeypatch.delenv(D.HEADLESS_ENV)
+    assert D.is_headless() is False

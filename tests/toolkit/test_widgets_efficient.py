@@ -13,7 +13,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from toolkit.masks import mask_cell_count  # noqa: E402
 from toolkit.widgets import efficient as E  # noqa: E402
-from toolkit.widgets.attention import HEADLESS_ENV, figure_to_png  # noqa: E402
+from toolkit.widgets.display import HEADLESS_ENV, figure_to_png  # noqa: E402
 
 BUILDERS = [E.mask_gallery, E.kv_cache_calculator, E.online_softmax_stepper,
             E.attention_memory_explorer]

@@ -14,6 +14,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from toolkit.data import ByteTokenizer  # noqa: E402
 from toolkit.models import GPT, GPTConfig  # noqa: E402
 from toolkit.train import TrainConfig, train  # noqa: E402
+from toolkit.widgets import display as D  # noqa: E402
 from toolkit.widgets import generation as G  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG"
@@ -21,17 +22,17 @@ PNG_MAGIC = b"\x89PNG"
 
 @pytest.fixture
 def interactive(monkeypatch):
-    monkeypatch.delenv(G.HEADLESS_ENV, raising=False)
+    monkeypatch.delenv(D.HEADLESS_ENV, raising=False)
 
 
 @pytest.fixture
 def headless(monkeypatch):
-    monkeypatch.setenv(G.HEADLESS_ENV, "1")
+    monkeypatch.setenv(D.HEADLESS_ENV, "1")
 
 
 def _render(fig: Figure) -> bytes:
     assert isinstance(fig, Figure)
-    png = G.figure_to_png(fig, dpi=40)
+    png = D.figure_to_png(fig, dpi=40)
     assert png.startswith(PNG_MAGIC)
     return png
 
@@ -39,7 +40,7 @@ def _render(fig: Figure) -> bytes:
 def tiny_model(recipe="modern", seed=0):
     torch.manual_seed(seed)
     build = GPTConfig.modern if recipe == "modern" else GPTConfig.classic
-    return GPT(build(vocab_size=256, d_model=32, n_layer=1, n_head=4, max_seq_len=64)).eval()
+    return GPT(build(vocab_size=256, d_model=32, n_layers=1, n_heads=4, max_seq_len=64)).eval()
 
 
 HISTORY = {"step": [0, 1, 2, 3], "train_loss": [5.5, 4.0, 3.2, 3.0], "val_step": [1, 3],

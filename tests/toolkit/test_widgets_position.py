@@ -12,6 +12,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 pytest.importorskip("ipywidgets")
 
+from toolkit.widgets import display as D  # noqa: E402
 from toolkit.widgets import position as W  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG"
@@ -28,7 +29,7 @@ def _one_torch_thread():
 
 def _render(fig) -> bytes:
     assert isinstance(fig, Figure)
-    png = W._png(fig, dpi=40)
+    png = D.figure_to_png(fig, dpi=40, tight=True)
     assert png.startswith(PNG_MAGIC) and len(png) > 1000
     return png
 
@@ -96,13 +97,13 @@ def test_widgets_build_and_redraw_on_change(build, monkeypatch):
     # The plots are rendered for real above; here only count redraws (fast).
     figures = []
 
-    def fake_png(fig, dpi=80):
+    def fake_png(fig, dpi=110, tight=False):
         assert isinstance(fig, Figure)
         figures.append(fig)
         return PNG_MAGIC + str(len(figures)).encode()
 
-    monkeypatch.setattr(W, "_png", fake_png)
-    monkeypatch.delenv(W.HEADLESS_ENV, raising=False)
+    monkeypatch.setattr(D, "figure_to_png", fake_png)
+    monkeypatch.delenv(D.HEADLESS_ENV, raising=False)
     box = build()
     assert isinstance(box, w.VBox)
     image = box.children[1]
@@ -120,5 +121,5 @@ def test_widgets_build_and_redraw_on_change(build, monkeypatch):
 def test_widgets_return_a_placeholder_when_headless(build, monkeypatch):
     import ipywidgets as w
 
-    monkeypatch.setenv(W.HEADLESS_ENV, "1")
+    monkeypatch.setenv(D.HEADLESS_ENV, "1")
     assert isinstance(build(), w.HTML)

@@ -228,6 +228,7 @@ def test_sdpa_matches_pytorch(submission):
 
 
 @pytest.mark.pitfall(AFTER)
+@pytest.mark.property
 def test_causal_mask_keeps_future_out(submission):
     """Under a causal mask, changing later keys and values never changes earlier outputs."""
     T = 6
@@ -247,6 +248,7 @@ def test_causal_mask_keeps_future_out(submission):
             "softmax, so blocked keys do not even enter its denominator")
 
 
+@pytest.mark.property
 def test_permutation_equivariance(submission):
     """Without a mask, shuffling the tokens shuffles the output the same way: f(PX) = P f(X)."""
     x = _randn(1, 7, 8, seed=33)

@@ -108,6 +108,7 @@ def test_pre_ln_matches_reference(submission):
 
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(LEAK)
+@pytest.mark.property
 def test_no_future_leak(submission):
     """Changing target token t never changes the outputs at positions before t."""
     ref = _reference(seed=6)
@@ -146,6 +147,7 @@ def test_cross_attention_reads_memory(submission):
 
 
 @pytest.mark.pitfall(CROSS)
+@pytest.mark.property
 def test_memory_mask_hides_source_padding(submission):
     """Source tokens hidden by memory_mask have no effect on the output."""
     ref = _reference(seed=13)

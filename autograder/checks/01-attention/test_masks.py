@@ -99,9 +99,9 @@ def test_padding_mask(submission):
     assert_equal(got, expected, name="padding_mask([3, 1, 5])",
                  hint="key j of sequence b is real (True) iff j < lengths[b]")
     lengths = torch.tensor([2, 4], dtype=torch.int32)
-    got = submission.call("padding_mask", lengths, max_len=6)
-    assert_equal(got, padding_mask(lengths, 6), name="padding_mask([2, 4], max_len=6)",
-                 hint="max_len sets T_k, even when it is larger than every length")
+    got = submission.call("padding_mask", lengths, max_seq_len=6)
+    assert_equal(got, padding_mask(lengths, 6), name="padding_mask([2, 4], max_seq_len=6)",
+                 hint="max_seq_len sets T_k, even when it is larger than every length")
 
 
 @pytest.mark.weight(2)

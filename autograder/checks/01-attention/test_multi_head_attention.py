@@ -154,6 +154,7 @@ def test_cross_attention(submission):
                       "(k_proj(x_kv), v_proj(x_kv))")
 
 
+@pytest.mark.property
 def test_permutation_equivariance(submission):
     """Without a mask, MHA(PX) = P MHA(X): multi-head self-attention ignores token order."""
     ref = _reference(seed=10)

@@ -11,7 +11,7 @@ import torch
 
 from autograder.checklib import CheckFailure, assert_close, expect_tensor
 from autograder.protocol import ForbiddenShortcut, SubmissionError
-from toolkit.position import _geometric_slopes, alibi_slopes
+from toolkit.position import alibi_slopes, geometric_slopes
 
 pytestmark = pytest.mark.grade_cell("test_alibi_slopes")
 
@@ -36,7 +36,7 @@ def test_non_powers_of_two(submission):
     """n not a power of two: the n' slopes, then every other slope of the 2n' sequence."""
     for n in (3, 5, 6, 12, 20, 24, 40, 112):
         out = _slopes(submission, n)
-        if torch.allclose(out.double(), torch.tensor(_geometric_slopes(n), dtype=torch.float64),
+        if torch.allclose(out.double(), torch.tensor(geometric_slopes(n), dtype=torch.float64),
                           rtol=1e-6):
             raise CheckFailure(
                 f"alibi_slopes({n}) uses 2^(-8h/{n}) for every head: that rule holds only when n "
@@ -45,7 +45,7 @@ def test_non_powers_of_two(submission):
                 "are n")
         assert_close(out, alibi_slopes(n), atol=0, rtol=1e-6, name=f"alibi_slopes({n})",
                      hint=f"n' = {2 ** (n.bit_length() - 1)}: its {2 ** (n.bit_length() - 1)} "
-                          f"slopes, then _geometric_slopes({2 ** n.bit_length()})[0::2] cut to "
+                          f"slopes, then geometric_slopes({2 ** n.bit_length()})[0::2] cut to "
                           f"{n - 2 ** (n.bit_length() - 1)}")
 
 
@@ -66,14 +66,14 @@ def test_non_power_structure(submission):
 
 
 def test_geometric_helper(submission):
-    """_geometric_slopes(n) is [2^(-8h/n) for h = 1..n]."""
+    """geometric_slopes(n) is [2^(-8h/n) for h = 1..n]."""
     for n in (1, 4, 6):
-        out = submission.call("_geometric_slopes", n)
+        out = submission.call("geometric_slopes", n)
         if not isinstance(out, (list, tuple)) or len(out) != n:
-            raise CheckFailure(f"_geometric_slopes({n}) should be a list of {n} floats")
+            raise CheckFailure(f"geometric_slopes({n}) should be a list of {n} floats")
         assert_close(torch.tensor(out, dtype=torch.float64),
-                     torch.tensor(_geometric_slopes(n), dtype=torch.float64), atol=0, rtol=1e-12,
-                     name=f"_geometric_slopes({n})", hint="2 ** (-8 h / n) for h = 1 .. n")
+                     torch.tensor(geometric_slopes(n), dtype=torch.float64), atol=0, rtol=1e-12,
+                     name=f"geometric_slopes({n})", hint="2 ** (-8 h / n) for h = 1 .. n")
 
 
 @pytest.mark.structural
@@ -90,4 +90,4 @@ def test_dtype_and_bad_count(submission):
         if "ValueError" not in str(exc):
             raise CheckFailure(f"n_heads = 0 should raise ValueError, got: {exc}") from None
         return
-    raise CheckFailure("n_heads = 0 was accepted: raise ValueError (_check_int)")
+    raise CheckFailure("n_heads = 0 was accepted: raise ValueError (check_int)")

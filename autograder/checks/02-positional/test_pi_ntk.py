@@ -9,7 +9,7 @@ import torch
 
 from autograder.checklib import CheckFailure, assert_close, expect_tensor
 from autograder.protocol import ForbiddenShortcut, SubmissionError
-from toolkit.position import _ntk_base, rope_inv_freq, rope_inv_freq_linear, rope_inv_freq_ntk
+from toolkit.position import ntk_base, rope_inv_freq, rope_inv_freq_linear, rope_inv_freq_ntk
 
 pytestmark = pytest.mark.grade_cell("test_pi_ntk")
 
@@ -52,11 +52,11 @@ def test_ntk_values(submission):
         assert_close(out, expected, atol=0, rtol=1e-5,
                      name=f"rope_inv_freq_ntk({d}, {base:g}, {scale:g})",
                      hint="theta'_i = base'^(-2i/d) with base' = base * s ** (d / (d - 2))")
-    got = submission.call("_ntk_base", 64, 10000.0, 4.0)
-    if not isinstance(got, (int, float)) or not math.isclose(got, _ntk_base(64, 10000.0, 4.0),
+    got = submission.call("ntk_base", 64, 10000.0, 4.0)
+    if not isinstance(got, (int, float)) or not math.isclose(got, ntk_base(64, 10000.0, 4.0),
                                                                rel_tol=1e-9):
-        raise CheckFailure(f"_ntk_base(64, 10000, 4) should be 10000 * 4^(64/62) = "
-                           f"{_ntk_base(64, 10000.0, 4.0):.6g}, got {got!r}")
+        raise CheckFailure(f"ntk_base(64, 10000, 4) should be 10000 * 4^(64/62) = "
+                           f"{ntk_base(64, 10000.0, 4.0):.6g}, got {got!r}")
 
 
 @pytest.mark.weight(2)
@@ -93,4 +93,4 @@ def test_bad_scale_is_rejected(submission):
                     f"{fn} with scale 0.5 should raise ValueError, got: {exc}") from None
             continue
         raise CheckFailure(f"{fn} accepted scale = 0.5: s = L_new / L_train must be >= 1 "
-                           "(_check_scale)")
+                           "(check_context_scale)")

@@ -135,6 +135,7 @@ def test_arbitrary_positions_speeds_and_scaling(submission):
 
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(NO_OFFSET)
+@pytest.mark.property
 def test_kv_cache_equals_full_sequence(submission):
     """Rotating the last tokens at positions P..T-1 equals rows P..T-1 of the full sequence."""
     x = _randn(2, 2, 12, 8, seed=4)

@@ -102,6 +102,7 @@ def test_interleaved_scores_depend_only_on_offset(submission):
 
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(MIXED)
+@pytest.mark.property
 def test_layouts_agree_after_permutation(submission):
     """apply_rope(x[..., perm], 'half') == apply_rope(x, 'interleaved')[..., perm]."""
     d = 12
@@ -125,6 +126,7 @@ def test_layouts_agree_after_permutation(submission):
 
 
 @pytest.mark.pitfall(NO_OFFSET)
+@pytest.mark.property
 def test_interleaved_kv_cache(submission):
     """Interleaved: tokens P..T-1 rotated at their positions equal rows P..T-1 of the full run."""
     x = _randn(1, 2, 9, 8, seed=8)

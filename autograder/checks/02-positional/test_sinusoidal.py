@@ -90,6 +90,7 @@ def test_shift_is_a_fixed_rotation(submission):
                           "so that a shift by k rotates it by k w_i")
 
 
+@pytest.mark.property
 def test_dot_products_depend_only_on_offset(submission):
     """PE(m) . PE(n) depends only on m - n (the Gram matrix is constant along diagonals)."""
     pe = _table64(submission, 48, 16)
@@ -124,4 +125,4 @@ def test_odd_width_is_rejected(submission):
             raise CheckFailure(f"d_model = 7 should raise ValueError, got: {exc}") from None
         return
     raise CheckFailure("d_model = 7 was accepted: features come in (sin, cos) pairs, so raise "
-                       "ValueError for an odd width (_check_even does it)")
+                       "ValueError for an odd width (check_even does it)")

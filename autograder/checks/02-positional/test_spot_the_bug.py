@@ -1,4 +1,4 @@
-"""Hidden checks for Exercise 1a, spot the bug: ``_sinusoid_frequencies``.
+"""Hidden checks for Exercise 1a, spot the bug: ``sinusoid_frequencies``.
 
 The circulating code steps ``dim = arange(0, d, 2)`` (already ``2i``) and then writes
 ``base ** (2 * dim / d)``, doubling the exponent. References come from
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from autograder.checklib import CheckFailure, assert_close, expect_tensor
-from toolkit.position import _sinusoid_frequencies
+from toolkit.position import sinusoid_frequencies
 
 pytestmark = pytest.mark.grade_cell("test_spot_the_bug")
 
@@ -27,8 +27,8 @@ def _doubled(d: int, base: float) -> torch.Tensor:
 
 
 def _frequencies(submission, d, base) -> torch.Tensor:
-    out = submission.call("_sinusoid_frequencies", d, base)
-    return expect_tensor(out, shape=(d // 2,), name=f"_sinusoid_frequencies({d}, {base:g})")
+    out = submission.call("sinusoid_frequencies", d, base)
+    return expect_tensor(out, shape=(d // 2,), name=f"sinusoid_frequencies({d}, {base:g})")
 
 
 @pytest.mark.weight(2)
@@ -39,11 +39,11 @@ def test_frequencies_match_the_formula(submission):
         out = _frequencies(submission, d, base).to(torch.float64)
         if torch.allclose(out, _doubled(d, base), rtol=1e-9):
             raise CheckFailure(
-                f"_sinusoid_frequencies({d}, {base:g}) still has the blog's bug: the exponent is "
+                f"sinusoid_frequencies({d}, {base:g}) still has the blog's bug: the exponent is "
                 "4i/d instead of 2i/d, because arange(0, d, 2) already steps through 2i. Divide "
                 "that arange by d once, without multiplying it by 2 again")
-        assert_close(out, _sinusoid_frequencies(d, base), atol=0, rtol=1e-9,
-                     name=f"_sinusoid_frequencies({d}, {base:g})",
+        assert_close(out, sinusoid_frequencies(d, base), atol=0, rtol=1e-9,
+                     name=f"sinusoid_frequencies({d}, {base:g})",
                      hint="w_i = base ** (-(2i) / d), i = 0 .. d/2 - 1")
 
 
@@ -76,5 +76,5 @@ def test_speeds_fall_geometrically(submission):
 @pytest.mark.weight(0.5)
 def test_returns_float64(submission):
     """The speeds are a float64 tensor of shape (d/2,)."""
-    out = submission.call("_sinusoid_frequencies", 16, 10000.0)
-    expect_tensor(out, shape=(8,), dtype=torch.float64, name="_sinusoid_frequencies(16, 10000)")
+    out = submission.call("sinusoid_frequencies", 16, 10000.0)
+    expect_tensor(out, shape=(8,), dtype=torch.float64, name="sinusoid_frequencies(16, 10000)")

@@ -1,9 +1,9 @@
-"""Hidden checks for Exercise 4: ``repeat_kv``, ``KVCache.append`` and ``GroupedQueryAttention``.
+"""Hidden checks for Exercise 4: ``repeat_kv``, ``DynamicKVCache`` and ``GroupedQueryAttention``.
 
 The student's module is loaded with the weights of :class:`toolkit.gqa.GroupedQueryAttention`
 (by name: ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``) and compared with it, without and
 with a KV cache. Decoding through the cache runs in the student's kernel (``submission.run``)
-with the student's own ``KVCache``.
+with the student's own ``DynamicKVCache``.
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ def _state(module: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
-# Prompt of `prompt` tokens, then one token at a time, through the student's KVCache.
+# Prompt of `prompt` tokens, then one token at a time, through the student's DynamicKVCache.
 DECODE = """
 _m = GroupedQueryAttention(**inputs['init']).eval()
 _m.load_state_dict(inputs['state'])
-_cache = KVCache()
+_cache = DynamicKVCache()
 _x, _p = inputs['x'], inputs['prompt']
 _rot = (lambda t, pos: apply_rope(t, pos)) if inputs['rope'] else None
 with torch.no_grad():
@@ -91,11 +91,11 @@ def test_repeat_kv(submission):
 
 @pytest.mark.pitfall(OVERWRITE)
 def test_kv_cache_append(submission):
-    """KVCache.append concatenates along time, per layer, and returns the whole history."""
+    """DynamicKVCache.append concatenates along time, per layer, and returns the whole history."""
     k = [_randn(2, 2, t, 4, seed=10 + t) for t in (3, 1, 2)]
     v = [_randn(2, 2, t, 4, seed=20 + t) for t in (3, 1, 2)]
     code = (
-        "_c = KVCache()\n"
+        "_c = DynamicKVCache()\n"
         "_a = _c.append(0, inputs['k0'], inputs['v0'])\n"
         "_b = _c.append(2, inputs['k1'], inputs['v1'])\n"
         "_d = _c.append(0, inputs['k2'], inputs['v2'])\n"
@@ -103,7 +103,7 @@ def test_kv_cache_append(submission):
     )
     got = submission.run(code, k0=k[0], v0=v[0], k1=k[1], v1=v[1], k2=k[2], v2=v[2])
     if not isinstance(got, tuple) or len(got) != 7:
-        raise CheckFailure("KVCache.append should return the layer's (keys, values)")
+        raise CheckFailure("DynamicKVCache.append should return the layer's (keys, values)")
     first, layer2, keys0, values0, len0, len2, gap = got
     assert_close(first, k[0], atol=0, rtol=0, name="the keys after the first append")
     assert_close(layer2, k[1], atol=0, rtol=0, name="layer 2's keys",
@@ -189,6 +189,7 @@ def test_cached_decoding_equals_full_pass(submission):
         raise CheckFailure(f"after 7 tokens the cache holds {length}")
 
 
+@pytest.mark.structural
 @pytest.mark.pitfall(OVERWRITE)
 def test_cache_holds_only_kv_heads(submission):
     """The cache stores (B, n_kv_heads, T, d_head) keys and values: GQA's saving."""

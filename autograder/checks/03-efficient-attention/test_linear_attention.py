@@ -116,6 +116,7 @@ def test_causal_matches_masked_quadratic_form(submission):
 
 
 @pytest.mark.pitfall(LEAK)
+@pytest.mark.property
 def test_causal_future_does_not_leak(submission):
     """Changing keys and values after position t never changes the outputs up to t."""
     q, k = _randn(1, 2, 10, 4, seed=15), _randn(1, 2, 10, 4, seed=16)

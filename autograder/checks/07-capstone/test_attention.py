@@ -4,7 +4,7 @@ The student's layer gets the weights of :class:`toolkit.models.CausalSelfAttenti
 (float64) and is compared with it on full sequences (modern and classic recipes, both
 RoPE layouts), probed for causality, and run with a cache. The cache in these checks is
 a minimal one written here (in the checker's code), so a bug in the student's
-``KVCache`` costs points in Exercise 1, not here.
+``StaticKVCache`` costs points in Exercise 1, not here.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def _randn(*shape, seed: int, scale: float = 1.0) -> torch.Tensor:
 
 
 def _config(recipe="modern", **kw) -> GPTConfig:
-    base = dict(vocab_size=64, d_model=32, n_layer=1, n_head=4, max_seq_len=32)
+    base = dict(vocab_size=64, d_model=32, n_layers=1, n_heads=4, max_seq_len=32)
     base.update(kw)
     return GPTConfig.modern(**base) if recipe == "modern" else GPTConfig.classic(**base)
 
@@ -115,7 +115,7 @@ def _check_full(submission, config, seed, hint):
 @pytest.mark.pitfall(LEAK)
 def test_modern_full_pass(submission):
     """Modern recipe (RoPE, 4 query heads on 2 KV heads): output equals the reference."""
-    _check_full(submission, _config("modern", n_kv_head=2), seed=1,
+    _check_full(submission, _config("modern", n_kv_heads=2), seed=1,
                 hint="rotate q and k with apply_rope(..., positions, base=config.rope_base, "
                      "layout=config.rope_layout), repeat_kv(k, n_rep), causal mask, o_proj")
 
@@ -128,16 +128,17 @@ def test_classic_full_pass(submission):
 
 def test_rope_settings_respected(submission):
     """RoPE follows config.rope_base and config.rope_layout (interleaved), with one KV head."""
-    _check_full(submission, _config("modern", n_kv_head=1, rope_base=500.0,
+    _check_full(submission, _config("modern", n_kv_heads=1, rope_base=500.0,
                                     rope_layout="interleaved"), seed=3,
                 hint="pass base=config.rope_base and layout=config.rope_layout to apply_rope")
 
 
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(LEAK)
+@pytest.mark.property
 def test_no_future_leak(submission):
     """Changing the inputs at positions >= t never changes the outputs before t."""
-    config = _config("modern", n_kv_head=2)
+    config = _config("modern", n_kv_heads=2)
     ref = _reference(config, 4)
     x = _randn(2, 8, config.d_model, seed=5)
     calls = [(x, torch.arange(8), 0, False)]
@@ -157,7 +158,7 @@ def test_no_future_leak(submission):
 @pytest.mark.pitfall(ROPE)
 def test_cached_calls_match_full_pass(submission):
     """Prefill 3 tokens, a chunk of 3, then single tokens with a cache = one full pass."""
-    config = _config("modern", n_kv_head=2)
+    config = _config("modern", n_kv_heads=2)
     ref = _reference(config, 7)
     x = _randn(2, 9, config.d_model, seed=8)
     spans = [(0, 3), (3, 6), (6, 7), (7, 8), (8, 9)]
@@ -179,7 +180,7 @@ def test_cached_calls_match_full_pass(submission):
 @pytest.mark.pitfall(NAMES)
 def test_parameter_names(submission):
     """q_proj, k_proj, v_proj, o_proj with the specified shapes (GQA: smaller k_proj, v_proj)."""
-    config = _config("modern", n_kv_head=2)
+    config = _config("modern", n_kv_heads=2)
     code = """
 from toolkit.models import GPTConfig as _GPTConfig
 _layer = CausalSelfAttention(_GPTConfig.from_dict(inputs["config"]), 0)

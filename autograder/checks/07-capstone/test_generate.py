@@ -24,7 +24,7 @@ pytestmark = pytest.mark.grade_cell("test_generate")
 ROPE = "RoPE applied at position 0 for every new token"
 CACHE = "Cached decoding re-runs the whole sequence"
 
-CONFIG = GPTConfig.modern(vocab_size=64, d_model=32, n_layer=2, n_head=4, max_seq_len=40,
+CONFIG = GPTConfig.modern(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_seq_len=40,
                           init_std=0.3)
 
 # Runs in the student's kernel: their GPT with our weights, their generate.

@@ -47,7 +47,7 @@ result = (result, int(_cache.length))
 
 
 def _config(recipe="modern", **kw) -> GPTConfig:
-    base = dict(vocab_size=96, d_model=32, n_layer=2, n_head=4, max_seq_len=24, init_std=0.1)
+    base = dict(vocab_size=96, d_model=32, n_layers=2, n_heads=4, max_seq_len=24, init_std=0.1)
     base.update(kw)
     return GPTConfig.modern(**base) if recipe == "modern" else GPTConfig.classic(**base)
 
@@ -134,6 +134,7 @@ def test_ignored_targets(submission):
 
 
 @pytest.mark.pitfall(TYING)
+@pytest.mark.structural
 def test_head_shares_the_embedding(submission):
     """lm_head.weight is wte.weight: one Parameter, counted once."""
     code = """
@@ -186,6 +187,7 @@ def test_unembedding_transpose(submission):
 
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(LEAK)
+@pytest.mark.property
 def test_no_future_leak(submission):
     """Changing tokens at positions >= t never changes the logits before t."""
     config = _config("modern")

@@ -1,7 +1,7 @@
-"""Hidden checks for Exercise 1: ``KVCache.update``.
+"""Hidden checks for Exercise 1: ``StaticKVCache.update``.
 
 The student's cache runs a sequence of writes in their kernel (prefill, single-token
-appends, a second layer, a rewind); :class:`toolkit.models.KVCache` runs the same
+appends, a second layer, a rewind); :class:`toolkit.models.StaticKVCache` runs the same
 sequence here. Returned tensors are cloned in the kernel right away, so a cache that
 returns views of its buffers is compared at the moment it answered.
 """
@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from autograder.checklib import CheckFailure, assert_equal, expect_tensor
-from toolkit.models import KVCache
+from toolkit.models import StaticKVCache
 
 pytestmark = pytest.mark.grade_cell("test_kv_cache")
 
 WRITE = "KV cache written at the wrong position"
 
 RUN_OPS = """
-cache = KVCache(inputs["n_layer"], inputs["max_seq_len"])
+cache = StaticKVCache(inputs["n_layers"], inputs["max_seq_len"])
 result = []
 for layer, k, v, start in inputs["ops"]:
     keys, values = cache.update(layer, k, v, start)
@@ -38,17 +38,17 @@ def _ops(spec, B=2, H=3, D=4, seed=0):
             for i, (layer, T, start) in enumerate(spec)]
 
 
-def _reference(ops, n_layer, max_seq_len):
-    cache = KVCache(n_layer, max_seq_len)
+def _reference(ops, n_layers, max_seq_len):
+    cache = StaticKVCache(n_layers, max_seq_len)
     return [tuple(t.clone() for t in cache.update(*op)) for op in ops]
 
 
-def _compare(submission, spec, n_layer=2, max_seq_len=12, seed=0, hint=""):
+def _compare(submission, spec, n_layers=2, max_seq_len=12, seed=0, hint=""):
     ops = _ops(spec, seed=seed)
-    got = submission.run(RUN_OPS, n_layer=n_layer, max_seq_len=max_seq_len, ops=ops)
-    expected = _reference(ops, n_layer, max_seq_len)
+    got = submission.run(RUN_OPS, n_layers=n_layers, max_seq_len=max_seq_len, ops=ops)
+    expected = _reference(ops, n_layers, max_seq_len)
     if not isinstance(got, tuple) or len(got) != len(expected):
-        raise CheckFailure("could not read the results of KVCache.update")
+        raise CheckFailure("could not read the results of StaticKVCache.update")
     for i, ((k, v), (ek, ev), (layer, T, start)) in enumerate(zip(got, expected, spec)):
         what = f"update #{i + 1} (layer {layer}, {T} position(s) at start_pos={start})"
         for got_t, exp_t, name in ((k, ek, "keys"), (v, ev, "values")):
@@ -88,7 +88,7 @@ def test_chunks_and_rewind(submission):
 def test_buffers_preallocated(submission):
     """Buffers are (B, H_kv, max_seq_len, D), in the dtype of the keys, allocated on first write."""
     code = """
-cache = KVCache(2, 9)
+cache = StaticKVCache(2, 9)
 k = torch.zeros(2, 3, 4, 5, dtype=torch.float64)
 cache.update(0, k, k.clone(), 0)
 result = ([int(s) for s in cache.keys[0].shape], [int(s) for s in cache.values[0].shape],
@@ -110,7 +110,7 @@ result = ([int(s) for s in cache.keys[0].shape], [int(s) for s in cache.values[0
 def test_other_batch_size_raises(submission):
     """A cache that holds a batch of 2 refuses a batch of 3 with ValueError."""
     code = """
-cache = KVCache(1, 8)
+cache = StaticKVCache(1, 8)
 cache.update(0, torch.zeros(2, 1, 2, 4), torch.zeros(2, 1, 2, 4), 0)
 try:
     cache.update(0, torch.zeros(3, 1, 1, 4), torch.zeros(3, 1, 1, 4), 2)

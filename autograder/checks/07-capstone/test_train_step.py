@@ -125,6 +125,7 @@ def test_one_step_matches_reference(submission):
 
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(ZERO)
+@pytest.mark.property
 def test_steps_do_not_accumulate(submission):
     """Three steps on three batches: each step uses only its own batch's gradient."""
     state, batches = _initial_state(3), _batches(3, 4)
@@ -186,7 +187,7 @@ from toolkit.models import GPTConfig as _GPTConfig
 from toolkit.train import configure_optimizer as _configure
 
 _torch.manual_seed(0)
-_model = GPT(_GPTConfig.modern(d_model=32, n_layer=1, n_head=4, max_seq_len=16)).train()
+_model = GPT(_GPTConfig.modern(d_model=32, n_layers=1, n_heads=4, max_seq_len=16)).train()
 _opt = _configure(_model, 1e-2, 0.1)
 result = [train_step(_model, _opt, inputs["x"], inputs["y"], grad_clip=1.0)[0]
           for _ in range(25)]

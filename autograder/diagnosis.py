@@ -1,0 +1,228 @@
+"""Diagnosis by fingerprint: name the classic mistake behind a group of failing checks.
+
+A student who forgets the ``1/sqrt(d_k)`` scale fails most checks of the attention
+exercise, and later exercises that call it fail too. Each failing check alone gives a
+hint for its own symptom (masks, NaNs, shapes), which sends the student the wrong way.
+The named mutants of an assignment already encode the classic mistakes, so we ask a
+better question: *would that mistake have answered the same?*
+
+For every failing check we know exactly what it asked the student's kernel and what came
+back (:class:`autograder.protocol.Exchange`). The :mod:`autograder.oracle` replays the same
+requests against the instructor's notebook with one mutant applied. If the mutant's
+answers equal the student's on every request the check made, that mistake explains the
+failure: its fingerprint matches. The feedback then says so once, at the top of the
+exercise, and lists the checks it explains without their (now misleading) hints. When
+the mistake sits in a different exercise than the failing check (a decoder block that
+calls a broken attention function), the feedback says where to look.
+
+Only mutants that ``break`` the check's grade cell are tried, only failing checks with at
+least one answered request are replayed, and answers the student did not give (an
+unimplemented stub, a forbidden shortcut) are never matched, so a diagnosis costs little
+and never guesses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+
+from .course import AssignmentSpec, notebook_from_text
+from .jobs import CheckRecord
+from .oracle import MistakeOracle, OracleError
+from .protocol import Exchange, ForbiddenShortcut, SubmissionError, decode_reply
+from .scoring import check_key
+
+#: What a failing stub says; such a check is "not attempted", never a mistake.
+NOT_ATTEMPTED = "NotImplementedError"
+
+
+@dataclasses.dataclass
+class Diagnosis:
+    """A named mistake that explains some failing checks of one grade cell."""
+
+    grade_cell: str  # where the explained checks are
+    mutant: str  # the mutant's name in assignment.toml
+    pitfall: str  # its short name (item analysis)
+    explanation: str  # what the student did, in a sentence written for them
+    source_cell: str  # grade id of the solution cell that holds the mistake
+    owner: str  # the grade cell whose checks test that solution cell
+    checks: list[str]  # ids of the failing checks it explains
+
+    def message(self) -> str:
+        """The line shown at the top of the exercise's feedback."""
+        if self.owner == self.grade_cell:
+            return (f"Your answers match a classic mistake: {self.explanation}. It explains "
+                    f"the {len(self.checks)} failing check(s) marked below.")
+        return (f"These checks fail because `{self.source_cell}` (checked under "
+                f"`{self.owner}`) has a mistake: {self.explanation}. Fix it there first; "
+                "the code of this exercise may well be right.")
+
+    def as_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "message": self.message()}
+
+
+# -- where a mistake sits ---------------------------------------------------------------------
+def mistake_location(spec: AssignmentSpec, mutant) -> tuple[str, str]:
+    """``(solution cell grade id, grade cell that checks it)`` for a mutant's text edit.
+
+    The owner is the first autograded test cell after the solution cell, the layout every
+    notebook of the course uses (exercise cells, then their test cell).
+    """
+    nb = notebook_from_text(spec.source_text(mutant.notebook))
+    source_cell, owner = "", ""
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if not source_cell:
+            if cell.cell_type == "code" and mutant.find in cell.source:
+                source_cell = meta.get("grade_id", "")
+            continue
+        if meta.get("grade") and not meta.get("solution"):
+            owner = meta.get("grade_id", "")
+            break
+    return source_cell, owner
+
+
+def explanation_of(mutant) -> str:
+    text = getattr(mutant, "explanation", "") or ""
+    return text.strip().rstrip(".") or f"{mutant.pitfall[:1].lower()}{mutant.pitfall[1:]}"
+
+
+# -- comparing answers ----------------------------------------------------------------------
+def same_answer(student: Any, mistake: Any) -> bool:
+    """Whether two decoded answers agree (to float tolerance; structure and shape exact)."""
+    if isinstance(student, torch.Tensor) or isinstance(mistake, torch.Tensor):
+        if not (isinstance(student, torch.Tensor) and isinstance(mistake, torch.Tensor)):
+            return False
+        if student.shape != mistake.shape:
+            return False
+        if student.is_floating_point() or mistake.is_floating_point():
+            a, b = student.double(), mistake.double()
+            scale = max(1.0, float(b.nan_to_num(0, 0, 0).abs().max())) if b.numel() else 1.0
+            return bool(torch.allclose(a, b, rtol=1e-4, atol=1e-6 * scale, equal_nan=True))
+        return bool(torch.equal(student.long(), mistake.long()))
+    if isinstance(student, (tuple, list)) and isinstance(mistake, (tuple, list)):
+        return len(student) == len(mistake) and all(map(same_answer, student, mistake))
+    if isinstance(student, dict) and isinstance(mistake, dict):
+        return student.keys() == mistake.keys() and all(
+            same_answer(student[k], mistake[k]) for k in student)
+    if isinstance(student, float) or isinstance(mistake, float):
+        if not all(isinstance(x, (int, float)) for x in (student, mistake)):
+            return False
+        return math.isclose(student, mistake, rel_tol=1e-6, abs_tol=1e-9) or (
+            math.isnan(student) and math.isnan(mistake))
+    return student == mistake
+
+
+def _error_kind(text: str) -> str:
+    """``'ValueError'`` from ``'ValueError: d_model=5 ... (line 3: ...)'``."""
+    return str(text).split(":", 1)[0].strip()
+
+
+def fingerprint_matches(exchanges: list[Exchange], replies: list[tuple[dict, dict]]) -> bool:
+    """True when the mistake answered every request as the student did, with at least one
+    real value among them (errors alone prove nothing)."""
+    values = 0
+    for exchange, (reply, tensors) in zip(exchanges, replies, strict=True):
+        outcome = exchange.outcome
+        if isinstance(outcome, SubmissionError):
+            if reply.get("ok") is True or _error_kind(reply.get("error", "")) != _error_kind(
+                    str(outcome)):
+                return False
+            continue
+        if reply.get("ok") is not True:
+            return False
+        try:
+            mistake = decode_reply(reply, tensors)
+        except SubmissionError:
+            return False
+        if not same_answer(outcome, mistake):
+            return False
+        values += 1
+    return values > 0
+
+
+def usable(exchanges: list[Exchange]) -> bool:
+    """A transcript worth replaying: something was answered, and nothing says the student
+    has not started (a stub) or used a forbidden shortcut."""
+    if not exchanges:
+        return False
+    for exchange in exchanges:
+        outcome = exchange.outcome
+        if isinstance(outcome, ForbiddenShortcut):
+            return False
+        if isinstance(outcome, SubmissionError) and NOT_ATTEMPTED in str(outcome):
+            return False
+    return any(not isinstance(e.outcome, SubmissionError) for e in exchanges)
+
+
+# -- the diagnosis ------------------------------------------------------------------------------
+def diagnose(
+    spec: AssignmentSpec,
+    notebook_id: str,
+    checks: list[CheckRecord],
+    transcripts: dict[str, list[Exchange]],
+    oracle: MistakeOracle,
+) -> list[Diagnosis]:
+    """The named mistakes that explain this notebook's failing checks, per grade cell.
+
+    ``checks`` are the check records; ``transcripts`` maps a :func:`check_key` to the
+    requests the check made. Each grade cell gets the mutant that explains most of its
+    failing checks, then the next one for the rest, and so on.
+    """
+    failing = [c for c in checks if not c.passed and usable(transcripts.get(check_key(c), []))]
+    mutants = [m for m in spec.mutants if m.notebook == notebook_id]
+    if not failing or not mutants:
+        return []
+    source = {m.name: _mutated_source(spec, m) for m in mutants}
+    explained: dict[str, dict[str, list[str]]] = {}  # grade cell -> mutant -> check ids
+    for mutant in mutants:
+        mine = [c for c in failing if c.grade_cell in mutant.breaks]
+        if not mine:
+            continue
+        requests = [(e.request, e.tensors) for c in mine for e in transcripts[check_key(c)]]
+        try:
+            replies = oracle.replay(f"mutant-{mutant.name}", source[mutant.name], spec.path,
+                                    requests)
+        except OracleError:
+            continue  # no diagnosis is better than a wrong one
+        start = 0
+        for check in mine:
+            exchanges = transcripts[check_key(check)]
+            answer = replies[start:start + len(exchanges)]
+            start += len(exchanges)
+            if fingerprint_matches(exchanges, answer):
+                explained.setdefault(check.grade_cell, {}).setdefault(
+                    mutant.name, []).append(check_key(check))
+    by_name = {m.name: m for m in mutants}
+    diagnoses = []
+    for grade_cell, candidates in explained.items():
+        left = {check for ids in candidates.values() for check in ids}
+        while left:
+            name = max(candidates, key=lambda n: len(left & set(candidates[n])))
+            ids = [i for i in candidates[name] if i in left]
+            if not ids:
+                break
+            mutant = by_name[name]
+            source_cell, owner = mistake_location(spec, mutant)
+            diagnoses.append(Diagnosis(
+                grade_cell=grade_cell, mutant=name, pitfall=mutant.pitfall,
+                explanation=explanation_of(mutant), source_cell=source_cell,
+                owner=owner or grade_cell, checks=ids))
+            left -= set(ids)
+    return diagnoses
+
+
+def _mutated_source(spec: AssignmentSpec, mutant) -> str:
+    from .submissions import apply_mutant
+
+    return apply_mutant(spec, mutant)
+
+
+def annotate(checks: list[CheckRecord], diagnoses: list[Diagnosis]) -> None:
+    """Mark each explained check record with its cause (the mutant's name)."""
+    cause = {key: d.mutant for d in diagnoses for key in d.checks}
+    for check in checks:
+        check.cause = cause.get(check_key(check), check.cause)

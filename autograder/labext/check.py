@@ -1,0 +1,160 @@
+""""Check my work": one saved notebook through the grading pipeline, recording nothing.
+
+:func:`check_notebook` is the only place the extension touches the grader. It runs the
+four steps of ``autograder grade`` on one notebook (sanitise against the gradebook,
+execute in a sandboxed kernel, hidden checks in this trusted process, score per grade
+cell) and returns the trusted result. It never writes the gradebook, the autograded
+folder or the grader's results files: a check is a rehearsal, not a submission.
+
+It runs in a worker process of the Jupyter server (:mod:`autograder.labext.service`),
+never in the server itself: the hidden checks import torch and run pytest, and a worker
+that misbehaves can be replaced without touching the server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+from nbgrader import utils as nbutils
+
+from ..course import Course
+from ..jobs import Job
+from ..runner import grade_notebook
+from ..sanitize import grade_cell_ids, read_submission, sanitize
+from ..scoring import score_cells
+
+#: What a submission folder may hold besides the notebook (the capstone's checkpoint).
+MAX_SIBLING_BYTES = 256 * 2**20
+#: Never copied into a check, whatever folder the notebook sits in.
+COURSE_FILES = {"gradebook.db", "nbgrader_config.py", "autograder.json"}
+
+
+def check_notebook(
+    course_root: str, assignments_dir: str, assignment: str, notebook_id: str,
+    submission_dir: str, user: str,
+) -> dict:
+    """Grade ``<submission_dir>/<notebook_id>.ipynb`` as ``autograder grade`` would.
+
+    Returns ``{"cells": {grade_id: {"score", "max_score", "passed", "total", "checks"}},
+    "manual": {grade_id: {"max_score", "answered"}}, "events", "findings", "isolation",
+    "seconds"}``. ``checks`` are the trusted per-check records: they may hold reference
+    values, so they never leave the server as they are (see :mod:`.feedback`).
+    """
+    course = Course(course_root, assignments_dir)
+    spec = course.spec(assignment)
+    folder = Path(submission_dir)
+    nb = read_submission(folder / f"{notebook_id}.ipynb")
+    with course.gradebook() as gb:
+        nb, findings = sanitize(nb, db_url=course.db_url, assignment=spec.name,
+                                notebook_id=notebook_id, student=user, gradebook=gb)
+        auto_points, manual_ids = grade_cell_ids(gb, notebook_id, spec.name)
+    manual = {}
+    for cell in nb.cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id in manual_ids:
+            score, max_score = nbutils.determine_grade(cell)
+            manual[grade_id] = {"max_score": max_score, "answered": score is None}
+    job = Job(
+        student=user,
+        assignment=spec.name,
+        notebook_id=notebook_id,
+        notebook=nb,
+        submission_dir=folder,
+        test_cell_ids=tuple(sorted(auto_points)),
+        checks_dir=spec.checks_dir(),
+        assignment_dir=spec.path,
+        limits=spec.limits,
+        forbid=tuple(spec.forbid),
+        hidden=(course.root, course.assignments_dir, spec.checks_dir()),
+        findings=findings,
+    )
+    result = grade_notebook(job)
+    cells = score_cells(auto_points, result.checks, result.diagnoses)
+    for entry in cells.values():
+        entry["checks"] = [check.as_dict() for check in entry["checks"]]
+    return {
+        "cells": cells,
+        "manual": manual,
+        "events": result.events,
+        "findings": findings,
+        "isolation": result.isolation,
+        "seconds": result.seconds,
+    }
+
+
+def warm_up() -> bool:
+    """Import what a check needs, so that the student's first check is not the slow one."""
+    import torch  # noqa: F401
+
+    from .. import runner  # noqa: F401
+
+    return True
+
+
+# -- what is checked: the notebook and the files beside it --------------------------------
+def stage_submission(notebook: Path, target: Path, notebook_id: str) -> list[str]:
+    """Copy the notebook, as ``<notebook_id>.ipynb``, and the plain files beside it into
+    ``target`` (a private folder), the way a student would hand them in.
+
+    Skipped: other notebooks, sub-folders, links, hidden files, the course's own files,
+    and anything past :data:`MAX_SIBLING_BYTES` in all. Returns notes on what was skipped.
+    """
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(notebook, target / f"{notebook_id}.ipynb")
+    notes, total = [], 0
+    for item in sorted(notebook.parent.iterdir()):
+        if (item.suffix == ".ipynb" or item.name.startswith(".") or item.name in COURSE_FILES
+                or item.is_symlink() or not item.is_file()):
+            continue
+        size = item.stat().st_size
+        if total + size > MAX_SIBLING_BYTES:
+            notes.append(f"{item.name} was left out: the files beside the notebook may take "
+                         f"{MAX_SIBLING_BYTES // 2**20} MiB in all")
+            continue
+        total += size
+        shutil.copy2(item, target / item.name)
+    return notes
+
+
+def content_hash(notebook: nbformat.NotebookNode, folder: Path, checks_dir: Path,
+                 assignment_toml: Path) -> str:
+    """What decides a check's result, hashed: the notebook's cells without their outputs
+    (running a cell changes nothing), the files handed in beside it, and the hidden checks
+    and limits (an instructor's fix to a check gives a fresh result)."""
+    digest = hashlib.sha256()
+    cells = [
+        [c.get("cell_type"), _source(c), c.get("metadata", {}).get("nbgrader"),
+         c.get("metadata", {}).get("tags")]
+        for c in notebook.get("cells", [])
+    ]
+    digest.update(json.dumps(cells, sort_keys=True, default=str).encode())
+    for item in sorted(folder.iterdir()):
+        if item.suffix != ".ipynb" and item.is_file():
+            digest.update(item.name.encode() + b"\0" + _file_digest(item))
+    for item in sorted(checks_dir.rglob("*.py")):
+        digest.update(str(item.relative_to(checks_dir)).encode() + b"\0" + _file_digest(item))
+    if assignment_toml.is_file():
+        digest.update(_file_digest(assignment_toml))
+    return digest.hexdigest()
+
+
+def _source(cell) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def _file_digest(path: Path) -> bytes:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.digest()
+
+
+def read_notebook(path: Path) -> nbformat.NotebookNode:
+    """The saved notebook, or :class:`autograder.sanitize.NotGradable` saying what is wrong."""
+    return read_submission(path)

@@ -1,0 +1,112 @@
+/**
+ * The server side of the extension (autograder/labext/handlers.py), typed.
+ *
+ * Requests go through JupyterLab's ServerConnection, which adds the server's token and
+ * XSRF header: the endpoints refuse anything without them.
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+export type Status = 'unchecked' | 'failing' | 'passing' | 'waiting';
+
+export interface ICheck {
+  name: string;
+  passed: boolean;
+  message: string | null;
+  hint: string | null;
+  pitfall: string | null;
+}
+
+export interface IExercise {
+  name: string;
+  title?: string;
+  notebook?: string;
+  kind: 'auto' | 'manual';
+  score: number | null;
+  max_score: number;
+  status: Status;
+  /** Classic mistakes the checks recognised, worded for the student (shown first). */
+  diagnoses?: string[];
+  checks: ICheck[];
+}
+
+export interface IAssignment {
+  name: string;
+  title: string;
+  release: string | null;
+  due: string | null;
+  visibility: 'full' | 'names' | 'score' | 'off';
+  released: boolean;
+  notebooks: { id: string; path: string | null }[];
+  exercises: IExercise[];
+  checked_at: string | null;
+  score: number | null;
+  max_score: number;
+}
+
+export interface ICourse {
+  title: string;
+  problem: string | null;
+  readme?: string | null;
+  lectures: { title: string; path: string | null; assignment: string | null }[];
+  assignments: IAssignment[];
+}
+
+export interface ICheckResult {
+  assignment: string;
+  notebook: string;
+  path: string;
+  score: number;
+  max_score: number;
+  waiting_score: number;
+  visibility: string;
+  exercises: IExercise[];
+  notes: string[];
+  cached: boolean;
+  checked_at: string;
+  seconds: number | null;
+}
+
+/** A refusal from the server: its message says what to do. */
+export class RequestError extends Error {
+  constructor(
+    message: string,
+    readonly status: number
+  ) {
+    super(message);
+  }
+}
+
+async function request<T>(endpoint: string, init: RequestInit = {}): Promise<T> {
+  const settings = ServerConnection.makeSettings();
+  const url = URLExt.join(settings.baseUrl, 'autograder', 'api', endpoint);
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, init, settings);
+  } catch (error) {
+    throw new RequestError(`the Jupyter server did not answer (${error})`, 0);
+  }
+  const text = await response.text();
+  let body: any = null;
+  try {
+    body = text ? JSON.parse(text) : null;
+  } catch {
+    body = { message: text };
+  }
+  if (!response.ok) {
+    const message = body?.message || `${response.status} ${response.statusText}`;
+    throw new RequestError(message, response.status);
+  }
+  return body as T;
+}
+
+export function fetchCourse(): Promise<ICourse> {
+  return request<ICourse>('course');
+}
+
+export function checkNotebook(path: string): Promise<ICheckResult> {
+  return request<ICheckResult>('check', {
+    method: 'POST',
+    body: JSON.stringify({ path })
+  });
+}

@@ -1,0 +1,153 @@
+"""The toolkit students install: the course's toolkit without the answers.
+
+``toolkit`` is the reference implementation of every exercise, so a student who imports
+it from the instructor's checkout holds the answer key (a traceback even shows its path).
+``autograder release --student-toolkit`` builds a wheel of the toolkit in which every
+function or class that a still-locked assignment grades (every top-level definition in
+its notebooks' solution cells) keeps its signature and docstring but raises
+``NotImplementedError`` saying which exercise it is. Everything else (widgets, masks,
+data, the pieces a notebook gives students) works as before, and widgets that need a
+stubbed function say so, or take the student's own (``attention_explorer(
+attention_fn=my_attention)``).
+
+When an assignment's deadline has passed, build again with ``--unlock NAME``: its
+reference solutions are back in the next wheel. Self-learners keep the full toolkit of
+the repository, which is the answer key on purpose. The wheel holds nothing but the
+``toolkit`` package: no hidden checks, no assignment sources.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .course import AssignmentSpec, CourseError, available_assignments, notebook_from_text
+from .submissions import solution_defined_names
+
+PACKAGE = Path(__file__).resolve().parent.parent / "toolkit"
+DISTRIBUTION = "transformers-course-toolkit"
+
+
+def graded_names(spec: AssignmentSpec) -> set[str]:
+    """Every top-level function and class an assignment's solution cells define."""
+    names: set[str] = set()
+    for notebook in spec.notebooks:
+        names |= set(solution_defined_names(notebook_from_text(spec.source_text(notebook))))
+    return names
+
+
+def stub_message(name: str, spec: AssignmentSpec) -> str:
+    return (f"{name} is an exercise of assignment {spec.name} ({spec.title}), so the student "
+            "toolkit leaves it out until that assignment's solutions are unlocked. Use your "
+            "own from the notebook (widgets take it as an argument).")
+
+
+def _body_span(node) -> tuple[int, int]:
+    """First and last line (1-based) of a definition's body, its docstring kept."""
+    body = node.body
+    first = body[0]
+    if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str) and len(body) > 1):
+        first = body[1]
+    elif isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+            and isinstance(first.value.value, str):
+        return first.end_lineno + 1, first.end_lineno  # docstring only: insert after it
+    return first.lineno, body[-1].end_lineno
+
+
+def stub_source(source: str, messages: dict[str, str]) -> tuple[str, list[str]]:
+    """``source`` with the body of every top-level function named in ``messages`` (and of
+    every method of every class named there) replaced by a ``raise``. Returns the new
+    source and the names stubbed."""
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    edits: list[tuple[int, int, str]] = []  # (first line, last line, replacement)
+    stubbed = []
+    definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    for node in tree.body:
+        if not isinstance(node, definitions) or node.name not in messages:
+            continue
+        targets = [node] if not isinstance(node, ast.ClassDef) else [
+            m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for target in targets:
+            first, last = _body_span(target)
+            indent = " " * (target.col_offset + 4)
+            message = messages[node.name]
+            edits.append((first, last, f"{indent}raise NotImplementedError({message!r})\n"))
+        stubbed.append(node.name)
+    for first, last, text in sorted(edits, reverse=True):
+        lines[first - 1:last] = [text]
+    return "".join(lines), stubbed
+
+
+def build_student_toolkit(
+    out_dir: Path, assignments_dir: Path, unlocked: list[str] = ()
+) -> Path:
+    """Build the student wheel into ``out_dir``; every assignment not in ``unlocked`` is
+    locked. Returns the wheel's path."""
+    known = available_assignments(assignments_dir)
+    unknown = sorted(set(unlocked) - set(known))
+    if unknown:
+        raise CourseError(f"--unlock {', '.join(unknown)}: no such assignment (known: "
+                          f"{', '.join(known)})")
+    messages: dict[str, str] = {}
+    for name in known:
+        if name in unlocked:
+            continue
+        spec = AssignmentSpec.load(name, assignments_dir)
+        for graded in graded_names(spec):
+            messages.setdefault(graded, stub_message(graded, spec))
+    with tempfile.TemporaryDirectory(prefix="student-toolkit-") as tmp:
+        project = Path(tmp)
+        target = project / "toolkit"
+        shutil.copytree(PACKAGE, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        stubbed: list[str] = []
+        for path in sorted(target.rglob("*.py")):
+            new, names = stub_source(path.read_text(), messages)
+            if names:
+                path.write_text(new)
+                stubbed += names
+        fingerprint = hashlib.sha256("\n".join(sorted(stubbed)).encode()).hexdigest()[:10]
+        (project / "pyproject.toml").write_text(_PYPROJECT.format(
+            name=DISTRIBUTION, version=f"0.1.0+student.{fingerprint}",
+            locked=", ".join(sorted(set(known) - set(unlocked))) or "none"))
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for old in out_dir.glob("*.whl"):
+            old.unlink()
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+             "--quiet", "-w", str(out_dir), str(project)],
+            capture_output=True, text=True)
+        if done.returncode != 0:
+            raise CourseError(
+                f"could not build the student toolkit wheel:\n{done.stderr[-2000:]}")
+    wheels = sorted(out_dir.glob("*.whl"))
+    if not wheels:
+        raise CourseError(f"pip wrote no wheel into {out_dir}")
+    return wheels[-1]
+
+
+_PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{name}"
+version = "{version}"
+description = "The course toolkit for students; exercises of locked assignments are stubs: {locked}"
+requires-python = ">=3.10"
+dependencies = ["torch", "numpy", "matplotlib", "ipywidgets", "safetensors"]
+
+[tool.setuptools.packages.find]
+include = ["toolkit*"]
+
+[tool.setuptools.package-data]
+toolkit = ["**/*"]
+"""

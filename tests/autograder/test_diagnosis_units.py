@@ -1,0 +1,88 @@
+"""The pieces of the diagnosis by fingerprint, without a kernel (see test_diagnosis.py)."""
+
+import math
+
+import torch
+
+from autograder.diagnosis import fingerprint_matches, same_answer, usable
+from autograder.feedback import maths_to_mathml, part_name, summary_markdown
+from autograder.jobs import CheckRecord
+from autograder.protocol import Exchange, ForbiddenShortcut, SubmissionError
+from autograder.scoring import attempted, score_cells
+
+
+def _reply(value):
+    """What the kernel bridge answers for a tensor result."""
+    return {"ok": True, "violations": [], "result": {"type": "tensor", "key": "t0"}}, {"t0": value}
+
+
+def test_same_answer_is_tolerant_to_rounding_but_not_to_mistakes():
+    x = torch.randn(3, 4, dtype=torch.float64)
+    assert same_answer(x, x + 1e-9)
+    assert same_answer(x.float(), x)  # a float32 answer of the same values
+    assert not same_answer(x, x * 1.01)
+    assert not same_answer(x, x[:2])
+    nan = torch.tensor([math.nan, 1.0])
+    assert same_answer(nan, nan.clone())
+    assert same_answer((x, 3), [x, 3]) and not same_answer((x, 3), (x, 4))
+    assert same_answer({"a": 1.0}, {"a": 1.0 + 1e-12}) and not same_answer({"a": 1}, {"b": 1})
+    assert not same_answer(x, 1.0)
+
+
+def test_fingerprint_needs_every_answer_to_agree_and_one_real_value():
+    x = torch.randn(2, 2, dtype=torch.float64)
+    wrong = Exchange({}, {}, SubmissionError("ValueError: bad mask (line 3: raise ...)"))
+    right = Exchange({}, {}, x)
+    error_reply = ({"ok": False, "error": "ValueError: something else"}, {})
+    assert fingerprint_matches([right, wrong], [_reply(x.clone()), error_reply])
+    assert not fingerprint_matches([right], [_reply(x + 1)])
+    assert not fingerprint_matches([wrong], [error_reply])  # errors alone prove nothing
+    assert not fingerprint_matches([wrong], [_reply(x)])
+
+
+def test_stubs_and_shortcuts_are_never_diagnosed():
+    stub = Exchange({}, {}, SubmissionError("NotImplementedError: `f` is not written yet"))
+    shortcut = Exchange({}, {}, ForbiddenShortcut("your code called torch.softmax"))
+    value = Exchange({}, {}, torch.zeros(1))
+    assert usable([value])
+    assert not usable([]) and not usable([stub, value]) and not usable([shortcut, value])
+
+
+def _check(passed, message="", **flags):
+    return CheckRecord(id="t", module="m", description="d", grade_cell="g", passed=passed,
+                       message=message, **flags)
+
+
+def test_not_attempted_and_gated_checks():
+    stub = _check(False, "NotImplementedError: `f` is not written yet")
+    assert not attempted([stub, stub])
+    assert attempted([stub, _check(False, "differs from the expected values")])
+    prop, wrong, right = _check(True, property=True), _check(False, "differs"), _check(True)
+    assert score_cells({"g": 2}, [prop, wrong])["g"]["score"] == 0  # a constant passes prop
+    assert score_cells({"g": 3}, [prop, wrong, right])["g"]["score"] == 2
+
+
+def test_maths_become_mathml_and_code_is_left_alone():
+    text = "Scores $q \\cdot k$ and $$\\frac{1}{\\sqrt{d_k}}$$ but `a $ b $ c` and costs $5"
+    out = maths_to_mathml(text)
+    assert out.count("<math") == 2 and 'display="block"' in out
+    assert "`a $ b $ c`" in out and "costs $5" in out
+    assert "\\frac" not in out
+    assert "```\n$x$\n```" in maths_to_mathml("```\n$x$\n```")
+
+
+def test_summary_names_parts_and_keeps_points_apart():
+    assert part_name(["1. Attention", "Exercise 1a: weights", "Exercise 1b: `sdpa`"]) == (
+        "Exercise 1a: weights + Exercise 1b: sdpa")
+    assert part_name(["6. Which family?"]) == "6. Which family?"
+    parts = [
+        {"grade_id": "test_a", "name": "Exercise 1", "kind": "hidden checks", "manual": False,
+         "score": 2.5, "points": 3.0},
+        {"grade_id": "q", "name": "Question", "kind": "written answer", "manual": True,
+         "score": None, "points": 2.0},
+    ]
+    text = summary_markdown(parts)
+    assert "[Exercise 1](#test_a)" in text and "2 pending" in text
+    assert "**Automatic points** (hidden checks): 2.5 / 3" in text
+    assert "0 / 2, 2 point(s) not graded yet" in text
+    assert "**Total**: 2.5 / 5" in text

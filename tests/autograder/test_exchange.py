@@ -1,0 +1,67 @@
+"""The instructor's and the student's day through nbgrader's exchange.
+
+``autograder release`` publishes to the exchange inside the workspace, a student fetches
+and submits with nbgrader's own commands, ``autograder collect`` gathers, ``autograder
+grade`` grades; formgrader's Autograde (``nbgrader autograde``) runs our grader instead of
+plain nbgrader, so it never replaces a sandboxed score by an unsandboxed one.
+"""
+
+import getpass
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.course import notebook_from_text
+from autograder.grade import grade
+from autograder.gradebook import read_result_file
+from autograder.submissions import fill_solutions
+
+pytestmark = pytest.mark.slow
+NAME = "00-tiny"
+
+
+def _nbgrader(*args, cwd, course):
+    bin_dir = Path(sys.executable).parent
+    done = subprocess.run(
+        [str(bin_dir / "nbgrader"), *args, "--course", "transformers-course",
+         f"--Exchange.root={course.exchange}"],
+        cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_fetch_submit_collect_grade_and_formgrader_autograde(tiny_course, tmp_path):
+    course, student = tiny_course, getpass.getuser()
+    home = tmp_path / "student"
+    home.mkdir()
+    _nbgrader("fetch_assignment", NAME, cwd=home, course=course)
+    fetched = home / NAME / "tiny.ipynb"
+    released = nbformat.read(fetched, as_version=4)
+    source = notebook_from_text(course.spec(NAME).source_text("tiny"))
+    nbformat.write(fill_solutions(released, source), fetched)  # the student solves it
+    _nbgrader("submit", NAME, cwd=home, course=course)
+
+    assert student in course.collect(NAME)
+    grade(course, NAME, students=[student], workers=1, progress=False, log=lambda *a: None)
+    result = read_result_file(course, NAME, student)
+    cells = result["notebooks"]["tiny"]["cells"]
+    assert cells["test_softmax"]["score"] == cells["test_softmax"]["max_score"] == 2
+
+    # Formgrader's "Autograde" button: nbgrader autograde, run in the workspace.
+    stamp = course.results_dir(NAME) / f"{student}.json"
+    before = stamp.stat().st_mtime_ns
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "nbgrader"), "autograde", NAME, "--student", student,
+         "--force"], cwd=course.root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert stamp.stat().st_mtime_ns > before, "our grader did not run"
+    nb = nbformat.read(course.path("autograded", student, NAME, "tiny.ipynb"), 4)
+    test_cell = next(c for c in nb.cells
+                     if c.metadata.get("nbgrader", {}).get("grade_id") == "test_softmax")
+    assert "Hidden checks for `test_softmax`" in json.dumps(test_cell.outputs)
+    with course.gradebook() as gb:
+        assert gb.find_grade("test_softmax", "tiny", NAME, student).auto_score == 2

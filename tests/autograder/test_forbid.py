@@ -1,0 +1,130 @@
+"""Forbidden shortcuts are banned by identity, not by the import path the student used.
+
+The kernel side of the check protocol (:mod:`autograder.kernel_side`) runs here in the
+test process, on a namespace that plays the student's: the same code the grading
+kernel executes, driven through real request files. Every module touched is restored
+after each request.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import toolkit.models  # noqa: F401 - loaded, so its alias of apply_rope exists
+import toolkit.position
+from autograder import kernel_side
+
+STUDENT = """
+import torch
+import toolkit.position as P
+from torch.nn.functional import softmax as soft
+from toolkit.models import attention as model_attention
+from toolkit.position.rope import apply_rope as rotate
+
+def via_alias(x, pos):
+    return rotate(x, pos)
+
+def via_package(x, pos):
+    return P.apply_rope(x, pos)
+
+def via_defining_module(x, pos):
+    return P.rope.apply_rope(x, pos)
+
+def via_other_module(x, pos):
+    return model_attention.apply_rope(x, pos)
+
+def own(x, pos):
+    return x * 2
+
+def via_torch_alias(x, pos):
+    return soft(x, -1)
+"""
+
+APPLY_ROPE = toolkit.position.rope.apply_rope
+SOFTMAX = torch.nn.functional.softmax
+
+
+@pytest.fixture
+def bridge():
+    namespace: dict = {}
+    exec(STUDENT, namespace)
+    return kernel_side.make_bridge(namespace)
+
+
+def _call(bridge, tmp_path, name, forbid):
+    x, pos = torch.randn(1, 2, 3, 4), torch.arange(3)
+    save_file({"x": x, "pos": pos}, str(tmp_path / "inputs.safetensors"))
+    request = {
+        "kind": "call", "name": name, "forbid": list(forbid),
+        "args": [{"type": "tensor", "key": "x"}, {"type": "tensor", "key": "pos"}],
+        "tensors": str(tmp_path / "inputs.safetensors"),
+        "reply": str(tmp_path / "reply.json"),
+        "reply_tensors": str(tmp_path / "reply.safetensors"),
+    }
+    (tmp_path / "request.json").write_text(json.dumps(request))
+    bridge.handle(str(tmp_path / "request.json"))
+    return json.loads((tmp_path / "reply.json").read_text())
+
+
+def _assert_restored(bridge):
+    assert toolkit.position.apply_rope is APPLY_ROPE
+    assert toolkit.position.rope.apply_rope is APPLY_ROPE
+    assert toolkit.models.attention.apply_rope is APPLY_ROPE
+    assert bridge.ns["rotate"] is APPLY_ROPE
+    assert torch.nn.functional.softmax is SOFTMAX and bridge.ns["soft"] is SOFTMAX
+
+
+@pytest.mark.parametrize("forbidden", ["toolkit.position.apply_rope",
+                                       "toolkit.position.rope.apply_rope"])
+@pytest.mark.parametrize("path", ["via_alias", "via_package", "via_defining_module",
+                                  "via_other_module"])
+def test_every_path_to_a_forbidden_function_trips(bridge, tmp_path, forbidden, path):
+    reply = _call(bridge, tmp_path, path, [forbidden])
+    assert reply["ok"] is False and reply["violations"] == [forbidden], reply
+    _assert_restored(bridge)
+
+
+def test_own_code_runs_and_everything_is_restored(bridge, tmp_path):
+    reply = _call(bridge, tmp_path, "own", ["toolkit.position.apply_rope"])
+    assert reply["ok"] is True and reply["violations"] == [], reply
+    reply = _call(bridge, tmp_path, "via_alias", [])  # nothing forbidden: the toolkit runs
+    assert reply["ok"] is True, reply
+    _assert_restored(bridge)
+
+
+def test_torch_names_by_identity_too(bridge, tmp_path):
+    reply = _call(bridge, tmp_path, "via_torch_alias", ["torch.nn.functional.softmax"])
+    assert reply["violations"] == ["torch.nn.functional.softmax"], reply
+    _assert_restored(bridge)
+
+
+def test_a_whole_package_bans_what_its_modules_define(bridge, tmp_path):
+    reply = _call(bridge, tmp_path, "via_alias", ["toolkit.position"])
+    assert reply["violations"] == ["toolkit.position"], reply
+    _assert_restored(bridge)
+
+
+def test_places_are_found_once_and_again_after_an_import(bridge, tmp_path):
+    forbid = ["toolkit.position.apply_rope", "torch.nn.functional.softmax"]
+    for _ in range(3):
+        _call(bridge, tmp_path, "own", forbid)
+    assert bridge.site_scans == 1
+    # A module imported later (by a check, or by the student's code) can hold another alias.
+    late = types.ModuleType("toolkit._late_alias_for_test")
+    late.apply_rope = APPLY_ROPE
+    sys.modules[late.__name__] = late
+    try:
+        bridge.ns["late"] = late
+        exec("def via_late(x, pos):\n    return late.apply_rope(x, pos)", bridge.ns)
+        reply = _call(bridge, tmp_path, "via_late", forbid)
+        assert reply["violations"] == ["toolkit.position.apply_rope"], reply
+        assert bridge.site_scans == 2 and late.apply_rope is APPLY_ROPE
+    finally:
+        del sys.modules[late.__name__]
+    _assert_restored(bridge)

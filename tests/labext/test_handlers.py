@@ -1,0 +1,221 @@
+"""The extension's REST API in a real Jupyter server: real grading, nothing mocked.
+
+Checks run the real pipeline (nbgrader sanitising, a sandboxed kernel, the hidden checks
+of 01-attention in a worker process) on the notebooks ``autograder validate`` grades.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import re
+
+import nbformat
+import pytest
+from tornado.httpclient import HTTPClientError
+
+from autograder.submissions import TAMPER_PATCH
+
+ASSIGNMENT = "01-attention"
+
+pytestmark = pytest.mark.slow
+AUTO_POINTS = {"test_attention_weights": 3.0, "test_masks": 2.0,
+               "test_multi_head_attention": 3.0, "test_decoder_block": 3.0}
+
+
+def _lab(jp_serverapp):
+    return jp_serverapp.web_app.settings["autograder_course_lab"]
+
+
+def _scores(answer) -> dict:
+    return {e["name"]: e["score"] for e in answer["exercises"] if e["kind"] == "auto"}
+
+
+async def test_course_lists_outline_exercises_and_points(jp_fetch):
+    course = json.loads((await jp_fetch("autograder", "api", "course")).body)
+    assert course["problem"] is None and course["title"]
+    names = [a["name"] for a in course["assignments"]]
+    assert names[0] == ASSIGNMENT and names == sorted(names)
+    first = course["assignments"][0]
+    assert first["released"] and first["notebooks"] == [
+        {"id": "attention", "path": f"release/{ASSIGNMENT}/attention.ipynb"}]
+    auto = {e["name"]: e["max_score"] for e in first["exercises"] if e["kind"] == "auto"}
+    assert auto == AUTO_POINTS
+    assert [e["kind"] for e in first["exercises"]].count("manual") == 1
+    assert {e["status"] for e in first["exercises"]} == {"unchecked"}
+    assert not any(a["released"] for a in course["assignments"][1:])
+
+
+async def test_reference_full_marks_and_latest_result_in_course(check, save, notebooks,
+                                                                jp_fetch):
+    status, answer = await check(save(notebooks["reference"]))
+    assert status == 200, answer
+    assert answer["assignment"] == ASSIGNMENT and answer["notebook"] == "attention"
+    assert (answer["score"], answer["max_score"]) == (11.0, 11.0)
+    assert _scores(answer) == AUTO_POINTS
+    statuses = {e["name"]: e["status"] for e in answer["exercises"]}
+    assert statuses["families_question"] == "waiting"  # a written answer: a person grades it
+    assert all(c["passed"] for e in answer["exercises"] for c in e["checks"])
+    course = json.loads((await jp_fetch("autograder", "api", "course")).body)
+    listed = {e["name"]: e["status"] for e in course["assignments"][0]["exercises"]}
+    assert listed == statuses
+
+
+async def test_stub_scores_zero_and_says_what_is_missing(check, save, notebooks):
+    status, answer = await check(save(notebooks["stub"]))
+    assert status == 200, answer
+    assert answer["score"] == 0.0 and answer["max_score"] == 11.0
+    failed = [c for e in answer["exercises"] for c in e["checks"] if not c["passed"]]
+    assert failed and all("NotImplementedError" in c["message"] for c in failed)
+
+
+async def test_mutant_loses_exactly_the_points_of_what_it_breaks(check, save, notebooks,
+                                                                  course):
+    mutant = next(m for m in course.spec(ASSIGNMENT).mutants
+                  if m.name == "cross-attention-on-decoder")
+    status, answer = await check(save(notebooks[f"mutant-{mutant.name}"]))
+    assert status == 200, answer
+    scores = _scores(answer)
+    for name, points in AUTO_POINTS.items():
+        if name in mutant.breaks:
+            assert scores[name] < points, (name, scores)
+        else:
+            assert scores[name] == points, (name, scores)
+    lost = sum(AUTO_POINTS[b] - scores[b] for b in mutant.breaks)
+    assert answer["score"] == pytest.approx(11.0 - lost)
+    # The mistake is named: as the diagnosis at the top of the exercise (its checks then
+    # carry no hint of their own), or as the pitfall of a check no diagnosis explains.
+    named = {c["pitfall"] for e in answer["exercises"] for c in e["checks"]}
+    named |= {d for e in answer["exercises"] for d in e["diagnoses"]}
+    assert any(mutant.pitfall.lower() in (text or "").lower() for text in named), named
+
+
+async def test_patching_allclose_gains_nothing(check, save, notebooks):
+    stub = copy.deepcopy(notebooks["stub"])
+    stub.cells.insert(1, nbformat.v4.new_code_cell(TAMPER_PATCH))
+    status, answer = await check(save(stub))
+    assert status == 200 and answer["score"] == 0.0, answer
+    status, answer = await check(save(notebooks["tamper-allclose"], "tampered.ipynb"))
+    assert status == 200 and answer["score"] == 0.0, answer
+
+
+async def test_answers_never_carry_check_source_inputs_or_expected_values(check, save,
+                                                                           notebooks, course):
+    answers = [(await check(save(notebooks[s], f"{s}.ipynb")))[1]
+               for s in ("mutant-no-scale", "mutant-inverted-causal")]
+    text = json.dumps(answers)
+    source = "\n".join(p.read_text() for p in course.spec(ASSIGNMENT).checks_dir().glob("*.py"))
+    code_lines = {line.strip() for line in source.splitlines() if len(line.strip()) > 30
+                  and not line.strip().startswith(("#", '"', "'", "hint=", "@pytest.mark"))}
+    leaked = [line for line in code_lines if line in text]
+    assert not leaked, leaked
+    for answer in answers:
+        for exercise in answer["exercises"]:
+            for c in exercise["checks"]:
+                assert not re.search(r"\d", c["message"] or ""), c  # no values, no inputs
+                assert not re.search(r"\[[^\]]*\d", c["name"]), c  # cases numbered, not shown
+
+
+async def test_visibility_names_score_and_off(check, save, notebooks, course, tmp_path):
+    outline = tmp_path / "course.toml"
+    settings = course.root / "autograder.json"
+    saved = settings.read_text()
+    try:
+        for visibility in ("names", "score", "off"):
+            outline.write_text(f'assignments = [{{ name = "{ASSIGNMENT}", '
+                               f'visibility = "{visibility}" }}]\n')
+            settings.write_text(json.dumps({**json.loads(saved), "course_file": str(outline)}))
+            status, answer = await check(save(notebooks["mutant-no-scale"]))
+            if visibility == "off":
+                assert status == 403 and "switched off" in answer["message"]
+                continue
+            assert status == 200 and answer["visibility"] == visibility
+            checks = [c for e in answer["exercises"] for c in e["checks"]]
+            if visibility == "names":
+                assert checks and all(c["message"] is c["hint"] is c["pitfall"] is None
+                                      for c in checks)
+            else:
+                assert not checks and answer["score"] < 11.0
+    finally:
+        settings.write_text(saved)
+
+
+@pytest.mark.parametrize("path, status", [
+    ("../outside.ipynb", 403),
+    ("release/../../outside.ipynb", 403),
+    ("/etc/passwd", 400),
+    ("link-out/passwd.ipynb", 403),
+    ("release/01-attention/attention.py", 400),
+    ("release/01-attention/missing.ipynb", 404),
+])
+async def test_bad_paths_are_refused(check, course, path, status):
+    link = course.root / "link-out"
+    if not link.exists():
+        link.symlink_to("/etc")
+    (course.root.parent / "outside.ipynb").write_text("{}")
+    code, answer = await check(path)
+    assert code == status and answer["message"], answer
+
+
+async def test_broken_and_foreign_notebooks_get_a_4xx_that_says_why(check, save, notebooks):
+    code, answer = await check(save(b'{"cells": [ not json', "broken.ipynb"))
+    assert code == 400 and "not valid notebook JSON" in answer["message"]
+    foreign = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")])
+    foreign.metadata["autograder"] = {"assignment": "99-unknown", "notebook": "x"}
+    code, answer = await check(save(foreign, "x.ipynb"))
+    assert code == 404 and "99-unknown" in answer["message"]
+    code, answer = await check(save(nbformat.v4.new_notebook(), "plain.ipynb"))
+    assert code == 404 and "not an assignment notebook" in answer["message"]
+
+
+async def test_no_request_without_the_token(http_server_client, jp_base_url):
+    for method, body in (("GET", None), ("POST", json.dumps({"path": "x.ipynb"}))):
+        with pytest.raises(HTTPClientError) as refused:
+            await http_server_client.fetch(
+                f"{jp_base_url}autograder/api/{'course' if method == 'GET' else 'check'}",
+                method=method, body=body, follow_redirects=False)
+        assert refused.value.code == 403
+
+
+async def test_second_request_while_checking_is_already_checking(check, save, notebooks,
+                                                                 jp_serverapp):
+    slow = copy.deepcopy(notebooks["reference"])
+    slow.cells.insert(1, nbformat.v4.new_code_cell("import time\ntime.sleep(6)"))
+    first = asyncio.ensure_future(check(save(slow)))
+    lab = _lab(jp_serverapp)
+    for _ in range(200):
+        if lab._busy:
+            break
+        await asyncio.sleep(0.05)
+    status, answer = await check(save(notebooks["stub"], "other.ipynb"))
+    assert status == 409 and "already checking" in answer["message"], answer
+    status, answer = await first
+    assert status == 200 and answer["score"] == 11.0, answer
+
+
+async def test_results_cached_by_content_hash_and_cooldown(check, save, notebooks,
+                                                           jp_serverapp):
+    nb = copy.deepcopy(notebooks["mutant-masks-or"])
+    status, first = await check(save(nb))
+    assert status == 200 and not first["cached"]
+    _lab(jp_serverapp).cooldown_seconds = 3600
+    for cell in nb.cells:  # running cells changes outputs, not the work
+        if cell.cell_type == "code":
+            cell.outputs = [nbformat.v4.new_output("stream", text="ran\n")]
+    status, again = await check(save(nb))
+    assert status == 200 and again["cached"], again
+    assert {k: v for k, v in again.items() if k not in ("cached", "checked_at")} == {
+        k: v for k, v in first.items() if k not in ("cached", "checked_at")}
+    nb.cells.append(nbformat.v4.new_code_cell("# a new idea"))
+    status, answer = await check(save(nb))
+    assert status == 429 and "wait" in answer["message"], answer
+
+
+async def test_checking_records_nothing_in_the_gradebook(check, save, notebooks, course):
+    status, _ = await check(save(notebooks["reference"]))
+    assert status == 200
+    with course.gradebook() as gb:
+        assert gb.students == [] and gb.find_assignment(ASSIGNMENT).submissions == []
+    assert not any(course.path("submitted").iterdir())
+    assert not any(course.path("autograded").iterdir())

@@ -1,0 +1,123 @@
+"""course/course.toml and what a student may see of a check (no server, no kernels)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import pytest
+
+from autograder.course import PROJECT_ROOT, Course, CourseError, available_assignments
+from autograder.labext.feedback import (
+    check_names,
+    restrict,
+    scrub,
+    student_message,
+    student_view,
+)
+from autograder.outline import COURSE_FILE, load_outline
+
+
+def test_course_toml_lists_only_what_exists_and_every_assignment():
+    outline = load_outline(COURSE_FILE)  # raises on a name or a lecture that does not exist
+    assert outline.path == COURSE_FILE and outline.readme == PROJECT_ROOT / "course/README.md"
+    for lecture in outline.lectures:
+        assert outline.lecture_source(lecture).is_file(), lecture
+    missing = set(available_assignments()) - set(outline.names())
+    assert not missing, (f"add a line to {COURSE_FILE} for each of {sorted(missing)}, "
+                         'e.g. { name = "05-blocks" },')
+    assert outline.names() == sorted(outline.names())
+
+
+def _outline(tmp_path, text: str):
+    path = tmp_path / "course.toml"
+    path.write_text(text)
+    return load_outline(path)
+
+
+def test_outline_dates_visibility_and_defaults(tmp_path):
+    outline = _outline(tmp_path, '''visibility = "names"
+assignments = [
+  { name = "01-attention", release = 2030-01-12, due = 2030-01-26T23:59:00 },
+  { name = "02-positional", visibility = "off", title = "RoPE and friends" },
+]
+''')
+    first, second = outline.assignments
+    assert first.visibility == "names" and first.title.startswith("Attention")
+    assert first.release == dt.date(2030, 1, 12) and not first.released_by(
+        dt.datetime.now().astimezone())
+    assert second.visibility == "off" and second.title == "RoPE and friends"
+    assert second.released_by(dt.datetime.now().astimezone())
+
+
+@pytest.mark.parametrize("text, complaint", [
+    ('assignments = [{ name = "99-nope" }]', "no assignment '99-nope'"),
+    ('assignments = [{ name = "01-attention", visibility = "secret" }]', "use one of"),
+    ('assignments = [{ name = "01-attention", due = "friday" }]', "TOML date"),
+    ('assignments = [{ name = "01-attention", colour = "red" }]', "unknown key"),
+    ('assignments = [{ name = "01-attention" }, { name = "01-attention" }]', "twice"),
+    ('lectures = [{ notebook = "missing.py" }]', "no lecture notebook"),
+    ("assignments = [", "invalid TOML"),
+])
+def test_outline_errors_name_the_entry_and_the_fix(tmp_path, text, complaint):
+    with pytest.raises(CourseError, match=re.escape(complaint)):
+        _outline(tmp_path, text)
+
+
+def test_release_all_keeps_answers_written_in_release(tmp_path, capsys):
+    from autograder.cli import main
+
+    workspace = tmp_path / "ws"
+    course_file = tmp_path / "course.toml"
+    course_file.write_text('assignments = [{ name = "01-attention" }]\n')
+    course = Course(workspace, course_file=course_file)
+    course.init()
+    assert main(["release", "--all", "--course", str(workspace)]) == 0
+    released = workspace / "release" / "01-attention" / "attention.ipynb"
+    text = released.read_text()
+    # The first stub (it names its exercise and ends "... in place of this `raise` line").
+    answered = re.sub(r"raise NotImplementedError\(.*?line'\)", "return 42", text, count=1)
+    assert answered != text
+    released.write_text(answered)
+    assert course.edited_release("01-attention") == ["attention.ipynb"]
+    assert main(["release", "--all", "--course", str(workspace)]) == 0
+    assert "Kept" in capsys.readouterr().out and "return 42" in released.read_text()
+
+
+def test_messages_lose_values_inputs_and_student_text():
+    assert scrub("kv_cache_bytes(80, 8, 128, 4096) = 1,310,720, expected 2,621,440") == (
+        "kv_cache_bytes(…) = …, expected …")
+    assert scrub("gave 'secret', float32 expected") == "gave …, float32 expected"
+    message, hint = student_message({"passed": False, "message":
+                                     "out differs (largest difference 0.5). Hint: scale by 1/d"})
+    assert message == "out differs (largest difference …)" and hint == "scale by 1/d"
+    message, _ = student_message({"passed": False, "message":
+                                  "SubmissionError: ValueError: got tensor([0.1234, 5.6])"})
+    assert message == "your code raised ValueError: got tensor([…])"
+    message, _ = student_message({"passed": False, "message": "RuntimeError: the hidden checks "
+                                  "could not run (pytest exit 2): /checks/test_x.py line 3"})
+    assert "test_x" not in message
+
+
+def test_views_by_visibility():
+    records = [
+        {"description": "works [2-3]", "passed": False, "message": "wrong 3. Hint: h",
+         "pitfall": "p"},
+        {"description": "works [4-5]", "passed": True, "message": "", "pitfall": None},
+    ]
+    assert check_names(records) == ["works (case 1)", "works (case 2)"]
+    trusted = {"cells": {"ex": {"score": 1.0, "max_score": 2.0, "passed": 1, "total": 2,
+                                "checks": records}},
+               "manual": {"essay": {"max_score": 1.0, "answered": True}},
+               "events": ["grading error: RuntimeError: /secret/path"], "findings": []}
+    full = student_view(trusted, "full")
+    assert full["exercises"][0]["checks"][0] == {"name": "works (case 1)", "passed": False,
+                                                 "message": "wrong …", "hint": "h",
+                                                 "pitfall": "p"}
+    assert full["exercises"][1]["status"] == "waiting" and "secret" not in str(full["notes"])
+    names = student_view(trusted, "names")["exercises"][0]["checks"]
+    assert [c["message"] for c in names] == [None, None] and names[0]["pitfall"] is None
+    score = student_view(trusted, "score")
+    assert score["exercises"][0]["checks"] == [] and score["score"] == 1.0
+    assert restrict(full["exercises"][0]["checks"], "score") == []
+    assert restrict(full["exercises"][0]["checks"], "names")[0]["hint"] is None

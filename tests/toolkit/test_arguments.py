@@ -1,0 +1,59 @@
+"""toolkit.arguments: each check accepts good input silently and names the bad argument."""
+
+import pytest
+import torch
+
+from toolkit import arguments as A
+from toolkit.transformer.blocks import _ACTIVATIONS
+
+q4 = torch.zeros(2, 4, 5, 8)
+kv2 = torch.zeros(2, 2, 7, 8)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: A.check_int("n", 3),
+    lambda: A.check_int("n", 0, minimum=0),
+    lambda: A.check_even("d_head", 64),
+    lambda: A.check_dropout(0.1),
+    lambda: A.check_frequency_base(10000.0),
+    lambda: A.check_context_scale(1),
+    lambda: A.check_rope_layout("interleaved"),
+    lambda: A.check_kv_heads(8, 2),
+    lambda: A.check_qkv(q4, q4, q4),
+    lambda: A.check_bool_mask("mask", None),
+    lambda: A.check_block_args(16, 4, 64, 0.0, "gelu"),
+    lambda: A.check_sequence("x", torch.zeros(2, 3, 16), 16),
+])
+def test_good_input_passes(call):
+    assert call() is None
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: A.check_int("n_heads", 0), "n_heads"),
+    (lambda: A.check_int("n", True), "n"),
+    (lambda: A.check_int("window", 2.0), "window"),
+    (lambda: A.check_even("d_model", 7), "d_model"),
+    (lambda: A.check_dropout(1.0), "dropout"),
+    (lambda: A.check_frequency_base(1.0), "base"),
+    (lambda: A.check_context_scale(0.5), "scale"),
+    (lambda: A.check_rope_layout("rotated"), "layout"),
+    (lambda: A.check_kv_heads(6, 4), "n_heads"),
+    (lambda: A.check_qkv(q4, kv2, kv2), "k"),
+    (lambda: A.check_flash_inputs(q4, kv2[:, :, :, :4], kv2, 4, 4), "q and k"),
+    (lambda: A.check_flash_inputs(q4, kv2, kv2, 0, 4), "block_q"),
+    (lambda: A.check_bool_mask("self_mask", torch.ones(3, 3)), "self_mask"),
+    (lambda: A.check_block_args(16, 4, 64, 0.0, "swish"), "activation"),
+    (lambda: A.check_block_args(16, 0, 64, 0.0, "relu"), "n_heads"),
+    (lambda: A.check_sequence("memory", torch.zeros(2, 3, 8), 16), "memory"),
+])
+def test_bad_input_names_the_argument(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
+
+
+def test_flash_inputs_return_the_group_size():
+    assert A.check_flash_inputs(q4, kv2, kv2, 4, 4) == 2
+
+
+def test_block_activations_are_the_ones_the_blocks_know():
+    assert set(A.BLOCK_ACTIVATIONS) == set(_ACTIVATIONS)

@@ -1,0 +1,172 @@
+"""Argument checks shared by the toolkit and the course notebooks.
+
+Bad input should fail at once, with a ``ValueError`` that names the argument, says
+what was expected and shows what came in, rather than deep inside a matrix product
+with a shape error nobody can trace back. Every check here does exactly that and
+returns nothing when the argument is fine. The toolkit's references call them, and so
+do the notebook exercises that are copies of those references, so a student's
+function refuses bad input with the same message as the toolkit's.
+
+Sections: numbers; positional-encoding settings; attention tensors; Transformer
+blocks. Tensor shapes follow the toolkit: attention tensors ``(B, H, T, d)``, module
+inputs ``(B, T, d_model)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+#: The two memory layouts of RoPE's feature pairs (see :func:`toolkit.position.apply_rope`).
+ROPE_LAYOUTS = ("half", "interleaved")
+
+#: Activations of :class:`toolkit.transformer.PositionwiseFeedForward` and its blocks.
+BLOCK_ACTIVATIONS = ("gelu", "relu")
+
+
+# --------------------------------------------------------------------------------------
+# Numbers
+# --------------------------------------------------------------------------------------
+
+
+def check_int(name: str, value, *, minimum: int = 1) -> None:
+    """``value`` is an ``int`` (a ``bool`` is not) and at least ``minimum``.
+
+    ``minimum=1`` (the default) for sizes and counts, ``minimum=0`` where zero makes
+    sense (an empty table, no extra blocks).
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def check_even(name: str, value) -> None:
+    """``value`` is an even integer >= 2: a feature size split into pairs."""
+    check_int(name, value, minimum=2)
+    if value % 2:
+        raise ValueError(
+            f"{name}={value} must be even: features are rotated/encoded in pairs; "
+            "use an even dimension"
+        )
+
+
+def check_dropout(dropout) -> None:
+    """A dropout probability ``p`` with ``0 <= p < 1`` (``p = 1`` would drop everything)."""
+    if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
+        raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+
+
+# --------------------------------------------------------------------------------------
+# Positional-encoding settings
+# --------------------------------------------------------------------------------------
+
+
+def check_frequency_base(base) -> None:
+    """The geometric base of sinusoid / RoPE frequencies ``base^(-2i/d)``: a number > 1."""
+    if not (isinstance(base, (int, float)) and base > 1):
+        raise ValueError(f"base must be a number > 1 (10000.0 is the usual choice), got {base!r}")
+
+
+def check_context_scale(scale) -> None:
+    """A context-extension factor ``s = L_new / L_train >= 1`` (1 means no extension)."""
+    if not (isinstance(scale, (int, float)) and scale >= 1):
+        raise ValueError(
+            f"scale = L_new / L_train must be a number >= 1 (1.0 means no extension), got {scale!r}"
+        )
+
+
+def check_rope_layout(layout) -> None:
+    """One of :data:`ROPE_LAYOUTS`: ``"half"`` or ``"interleaved"``."""
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(
+            f"layout must be 'half' (GPT-NeoX / HF LLaMA) or 'interleaved' (RoFormer / GPT-J), "
+            f"got {layout!r}"
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Attention tensors
+# --------------------------------------------------------------------------------------
+
+
+def check_kv_heads(n_heads: int, n_kv_heads: int) -> None:
+    """Grouped-query heads: both counts >= 1 and ``n_heads`` a multiple of ``n_kv_heads``."""
+    if n_kv_heads < 1 or n_heads < 1:
+        raise ValueError(f"n_heads and n_kv_heads must be >= 1, got {n_heads}, {n_kv_heads}")
+    if n_heads % n_kv_heads != 0:
+        raise ValueError(
+            f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads} "
+            "(each KV head serves a whole group of query heads)"
+        )
+
+
+def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """``q (B, H, T_q, d)``, ``k (B, H, T_k, d)``, ``v (B, H, T_k, d_v)``: same heads and batch."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be (B, H, T, d), got shape {tuple(t.shape)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k need the same feature size, got {q.shape[-1]} and {k.shape[-1]}")
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(
+            f"k and v need the same (B, H, T), got {tuple(k.shape)} and {tuple(v.shape)}"
+        )
+    if q.shape[:2] != k.shape[:2]:
+        raise ValueError(f"q and k need the same (B, H), got {tuple(q.shape)} and {tuple(k.shape)}")
+
+
+def check_flash_inputs(q: Tensor, k: Tensor, v: Tensor, block_q: int, block_k: int) -> int:
+    """Tiled attention's inputs; returns the GQA group size ``g = H / H_kv``.
+
+    ``q (B, H, N_q, d)``, ``k (B, H_kv, N_k, d)``, ``v (B, H_kv, N_k, d_v)`` with ``H`` a
+    multiple of ``H_kv``, and tile sizes ``block_q, block_k >= 1``.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be (B, heads, N, d), got shape {tuple(t.shape)}")
+    if q.shape[0] != k.shape[0] or k.shape[:3] != v.shape[:3]:
+        raise ValueError(
+            f"k and v must be (B, H_kv, N_k, .) with q's batch; got q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k need the same d, got {q.shape[-1]} and {k.shape[-1]}")
+    H, H_kv = q.shape[1], k.shape[1]
+    if H % H_kv != 0:
+        raise ValueError(f"q heads ({H}) must be a multiple of k/v heads ({H_kv}) for GQA")
+    if block_q < 1 or block_k < 1:
+        raise ValueError(f"block_q and block_k must be >= 1, got {block_q}, {block_k}")
+    return H // H_kv
+
+
+def check_bool_mask(name: str, mask: Tensor | None) -> None:
+    """``None`` or a ``bool`` mask (``True`` = may attend), never 1/0 numbers."""
+    if mask is not None and mask.dtype != torch.bool:
+        raise ValueError(
+            f"{name} must be a bool tensor (True = may attend), got dtype {mask.dtype}; "
+            "convert 1/0 attention masks with toolkit.masks.padding_mask_from_attention_mask"
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Transformer blocks
+# --------------------------------------------------------------------------------------
+
+
+def check_block_args(d_model: int, n_heads: int, d_ff: int, dropout: float, activation: str):
+    """A block's sizes (positive integers), dropout and activation (:data:`BLOCK_ACTIVATIONS`)."""
+    check_int("d_model", d_model)
+    check_int("n_heads", n_heads)
+    check_int("d_ff", d_ff)
+    check_dropout(dropout)
+    if activation not in BLOCK_ACTIVATIONS:
+        raise ValueError(
+            f"activation must be one of {sorted(BLOCK_ACTIVATIONS)}, got {activation!r}"
+        )
+
+
+def check_sequence(name: str, x: Tensor, d_model: int) -> None:
+    """A batch of sequences ``(batch, seq, d_model)``."""
+    if x.dim() != 3 or x.size(-1) != d_model:
+        raise ValueError(
+            f"{name} must have shape (batch, seq, d_model={d_model}), got {tuple(x.shape)}"
+        )

@@ -1,0 +1,107 @@
+"""Short, useful errors while a notebook's exercises are still being written.
+
+A fresh assignment notebook is full of stubs that raise ``NotImplementedError``, and
+cells below an exercise use it: a demo that calls your attention function, a cell that
+builds ``my_model`` from your ``GPT`` and the cells that then use ``my_model``. Run All on
+a fresh notebook would fill the page with long tracebacks, and every cell after a failed
+one would add a ``NameError`` that hides the real reason.
+
+:func:`friendly_errors` (called once, in a notebook's first cell) asks IPython to report
+two cases briefly:
+
+* an exercise that is not written yet: ``⏸ This cell needs `GPT.__init__`, which is not
+  written yet (Exercise 3). Write it, run its cell, then run this cell again.``
+* a name that a cell above would have made, had its exercise been written: ``⏸ `my_model`
+  does not exist yet: the cell that makes it stopped because `GPT.__init__` is not
+  written yet (Exercise 3).``
+
+The cell still fails (Run All goes on past it where the notebook allows, and the grader
+sees the same error); only the message is shorter. Every other error keeps IPython's full
+traceback.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+#: How the course's stubs start their message (see the notebooks' exercise cells).
+_STUB = re.compile(r"^`(?P<name>[^`]+)` is not written yet(?: \((?P<exercise>.+?)\))?")
+
+
+def _defined_names(source: str) -> set[str]:
+    """Top-level names a cell's code makes (``my_model = ...``, ``def``, ``import``, and
+    assignments inside ``with``, ``for``, ``if`` and ``try`` blocks)."""
+    try:
+        return _assigned(ast.parse(source).body)
+    except SyntaxError:
+        return set()
+
+
+def _assigned(statements: list[ast.stmt]) -> set[str]:
+    names: set[str] = set()
+    for node in statements:
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        for block in ("body", "orelse", "finalbody"):
+            if isinstance(node, (ast.With, ast.For, ast.If, ast.Try, ast.While)):
+                names |= _assigned(getattr(node, block, []))
+    return names
+
+
+class _Reporter:
+    """Remembers which names failed cells would have made, and words the two messages."""
+
+    def __init__(self, shell):
+        self.shell = shell
+        self.missing: dict[str, str] = {}  # name -> why the cell that makes it stopped
+
+    def __call__(self, shell, etype, value, tb, tb_offset=None):
+        history = shell.user_ns.get("_ih") or [""]
+        source = history[-1]  # the cell that is running
+        if issubclass(etype, NotImplementedError) and (stub := _STUB.match(str(value))):
+            exercise = f" ({stub['exercise']})" if stub["exercise"] else ""
+            reason = f"`{stub['name']}` is not written yet{exercise}"
+            for name in _defined_names(source):
+                self.missing[name] = reason
+            return self._say(etype, value, (
+                f"⏸ This cell needs `{stub['name']}`, which is not written yet{exercise}. "
+                "Write it, run its cell, then run this cell again."))
+        if issubclass(etype, NameError) and getattr(value, "name", None) in self.missing:
+            reason = self.missing[value.name]
+            for name in _defined_names(source):
+                self.missing.setdefault(name, reason)
+            return self._say(etype, value, (
+                f"⏸ `{value.name}` does not exist yet: the cell that makes it stopped "
+                f"because {reason}."))
+        # Anything else: IPython's usual traceback.
+        stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+        shell._showtraceback(etype, value, stb)
+        return stb
+
+    def _say(self, etype, value, message: str) -> list[str]:
+        # IPython leaves the showing to a custom handler; ipykernel's _showtraceback sends
+        # the error to the notebook (as any error), with our line for its traceback.
+        self.shell._showtraceback(etype, value, [message])
+        return [message]
+
+
+def friendly_errors(shell=None) -> bool:
+    """Report unwritten exercises (and what they leave undefined) in one line each.
+
+    Call it once, at the top of a notebook. Outside IPython it does nothing and returns
+    ``False``.
+    """
+    if shell is None:
+        try:
+            shell = get_ipython()  # noqa: F821 - defined inside IPython only
+        except NameError:
+            return False
+    reporter = _Reporter(shell)
+    shell.set_custom_exc((NotImplementedError, NameError), reporter)
+    return True
