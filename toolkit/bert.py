@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from toolkit.arguments import check_int
 from toolkit.norm import LayerNorm
 from toolkit.residual import EncoderStack
 
@@ -67,9 +68,7 @@ class BertConfig:
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len",
                      "type_vocab_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_int(name, getattr(self, name))
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -55,6 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from toolkit.arguments import check_int, check_same_shape, check_temperature
 from toolkit.bert import TinyBert
 from toolkit.mlm import IGNORE_INDEX, MaskedLMDataset
 from toolkit.pretrain import MLMCorpus
@@ -70,11 +71,8 @@ def soft_target_loss(student_logits: Tensor, teacher_logits: Tensor, temperature
     Returns:
         a scalar tensor (differentiable with respect to the student's logits).
     """
-    if student_logits.shape != teacher_logits.shape:
-        raise ValueError(f"student_logits {tuple(student_logits.shape)} and teacher_logits "
-                         f"{tuple(teacher_logits.shape)} must have the same shape")
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    check_same_shape("student_logits", student_logits, "teacher_logits", teacher_logits)
+    check_temperature(temperature)
     V = student_logits.size(-1)
     log_p_student = F.log_softmax(student_logits.reshape(-1, V) / temperature, dim=-1)
     p_teacher = F.softmax(teacher_logits.reshape(-1, V) / temperature, dim=-1)
@@ -89,9 +87,7 @@ def hidden_cosine_loss(student_hidden: Tensor, teacher_hidden: Tensor,
     Shapes: hidden states ``(B, T, d)`` (same ``d``: DistilBERT keeps the width),
     ``attention_mask`` ``(B, T)`` with 1 for real tokens.
     """
-    if student_hidden.shape != teacher_hidden.shape:
-        raise ValueError(f"student_hidden {tuple(student_hidden.shape)} and teacher_hidden "
-                         f"{tuple(teacher_hidden.shape)} must have the same shape")
+    check_same_shape("student_hidden", student_hidden, "teacher_hidden", teacher_hidden)
     cos = F.cosine_similarity(student_hidden, teacher_hidden, dim=-1)  # (B, T)
     if attention_mask is not None:
         cos = cos[attention_mask.bool()]
@@ -142,8 +138,7 @@ def student_from_teacher(teacher: TinyBert, keep_every: int = 2) -> TinyBert:
 
     DistilBERT's initialisation: same width, embeddings and head, half the layers.
     """
-    if not isinstance(keep_every, int) or keep_every < 1:
-        raise ValueError(f"keep_every must be a positive int, got {keep_every!r}")
+    check_int("keep_every", keep_every)
     student = copy.deepcopy(teacher)
     kept = [student.encoder.layers[i] for i in range(0, len(student.encoder.layers), keep_every)]
     student.encoder.layers = nn.ModuleList(kept)

@@ -59,6 +59,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from toolkit.arguments import check_int, check_mlm_probabilities, check_token_ids
+
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(5)
 #: Words and punctuation marks, one token each; whitespace is dropped.
@@ -89,8 +91,7 @@ class WordVocab:
     @classmethod
     def from_text(cls, text: str, min_count: int = 3) -> WordVocab:
         """The words of ``text`` seen at least ``min_count`` times, most frequent first."""
-        if not isinstance(min_count, int) or min_count < 1:
-            raise ValueError(f"min_count must be a positive int, got {min_count!r}")
+        check_int("min_count", min_count)
         counts = Counter(TOKEN_PATTERN.findall(text))
         for special in SPECIAL_TOKENS:
             counts.pop(special, None)
@@ -137,29 +138,28 @@ def truncate_pair(a: list[int], b: list[int], budget: int) -> tuple[list[int], l
     return a, b
 
 
-def pair_inputs(a: Sequence[int], b: Sequence[int] | None, max_len: int) -> dict[str, Tensor]:
-    """``[CLS] A [SEP] (B [SEP])`` padded to ``max_len``, with segment ids and padding mask.
+def pair_inputs(a: Sequence[int], b: Sequence[int] | None, seq_len: int) -> dict[str, Tensor]:
+    """``[CLS] A [SEP] (B [SEP])`` padded to ``seq_len``, with segment ids and padding mask.
 
     Args:
         a, b: token ids of the two segments (``b=None``: a single segment).
-        max_len: the output length; the segments are truncated to fit.
+        seq_len: the output length; the segments are truncated to fit.
 
     Returns:
-        ``{"input_ids", "token_type_ids", "attention_mask"}``, each ``(max_len,)`` long.
+        ``{"input_ids", "token_type_ids", "attention_mask"}``, each ``(seq_len,)`` long.
     """
     n_special = 3 if b is not None else 2
-    if not isinstance(max_len, int) or max_len < n_special:
-        raise ValueError(f"max_len must be an int >= {n_special}, got {max_len!r}")
+    check_int("seq_len", seq_len, minimum=n_special)
     if b is None:
-        a, b_ids = list(a)[: max_len - 2], []
+        a, b_ids = list(a)[: seq_len - 2], []
     else:
-        a, b_ids = truncate_pair(list(a), list(b), max_len - 3)
+        a, b_ids = truncate_pair(list(a), list(b), seq_len - 3)
     ids = [CLS_ID, *a, SEP_ID]  # [CLS] A [SEP]
     types = [0] * len(ids)  # segment A
     if b is not None:
         ids += [*b_ids, SEP_ID]  # B [SEP]
         types += [1] * (len(b_ids) + 1)  # segment B
-    n_pad = max_len - len(ids)
+    n_pad = seq_len - len(ids)
     return {
         "input_ids": torch.tensor(ids + [PAD_ID] * n_pad),
         "token_type_ids": torch.tensor(types + [0] * n_pad),  # padding gets segment 0 (HF)
@@ -224,13 +224,8 @@ def mask_tokens(
         ``(inputs, labels)``, both ``(B, T)``: ``labels`` is the original id where a
         token was selected and ``-100`` elsewhere.
     """
-    if input_ids.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
-    if not (0 <= mlm_probability <= 1 and 0 <= mask_replace_prob <= 1
-            and 0 <= random_replace_prob <= 1 - mask_replace_prob):
-        raise ValueError("probabilities must lie in [0, 1], with mask_replace_prob + "
-                         f"random_replace_prob <= 1; got {mlm_probability}, "
-                         f"{mask_replace_prob}, {random_replace_prob}")
+    check_token_ids("input_ids", input_ids)
+    check_mlm_probabilities(mlm_probability, mask_replace_prob, random_replace_prob)
     inputs, labels = input_ids.clone(), input_ids.clone()
     special = torch.isin(input_ids, torch.as_tensor(list(special_ids), dtype=input_ids.dtype))
     probability = torch.full(input_ids.shape, mlm_probability)
@@ -276,8 +271,7 @@ class MaskedLMDataset:
         dynamic: bool = True,
         seed: int = 0,
     ):
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must be (N, T), got shape {tuple(input_ids.shape)}")
+        check_token_ids("input_ids", input_ids, dims=2)
         self.input_ids = input_ids
         self.special_ids, self.mask_token_id = list(special_ids), mask_token_id
         self.vocab_size, self.mlm_probability = vocab_size, mlm_probability

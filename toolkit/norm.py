@@ -46,7 +46,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from toolkit.arguments import check_int
+from toolkit.arguments import check_eps, check_features, check_int
 
 
 class LayerNorm(nn.Module):
@@ -64,15 +64,13 @@ class LayerNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True):
         super().__init__()
         check_int("d_model", d_model)
-        if eps < 0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
+        check_eps(eps)
         self.d_model, self.eps = d_model, eps
         self.weight = nn.Parameter(torch.ones(d_model))  # gamma
         self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None  # beta
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.size(-1) != self.d_model:
-            raise ValueError(f"x must have last dimension {self.d_model}, got {tuple(x.shape)}")
+        check_features("x", x, self.d_model)
         mean = x.mean(dim=-1, keepdim=True)  # mu = (1/d) sum_i x_i
         var = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # sigma^2 = (1/d) sum_i (x_i - mu)^2
         x_hat = (x - mean) * torch.rsqrt(var + self.eps)  # (x - mu) / sqrt(sigma^2 + eps)
@@ -103,14 +101,12 @@ class RMSNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-6):
         super().__init__()
         check_int("d_model", d_model)
-        if eps < 0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
+        check_eps(eps)
         self.d_model, self.eps = d_model, eps
         self.weight = nn.Parameter(torch.ones(d_model))  # gamma
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.size(-1) != self.d_model:
-            raise ValueError(f"x must have last dimension {self.d_model}, got {tuple(x.shape)}")
+        check_features("x", x, self.d_model)
         x32 = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         ms = x32.pow(2).mean(dim=-1, keepdim=True)  # mean(x^2) over the features
         x_hat = x32 * torch.rsqrt(ms + self.eps)  # x / sqrt(mean(x^2) + eps)

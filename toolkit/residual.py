@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from toolkit.arguments import check_dropout, check_int
 from toolkit.attention import MultiHeadAttention
 from toolkit.ffn import FeedForward, SwiGLU
 from toolkit.norm import LayerNorm, RMSNorm
@@ -110,8 +111,7 @@ class ResidualBlock(nn.Module):
         eps: float = 1e-5,
     ):
         super().__init__()
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_dropout(dropout)
         self.d_model = d_model
         self.self_attn = MultiHeadAttention(d_model, n_heads)
         self.ffn = make_ffn(ffn, d_model, d_ff)
@@ -172,8 +172,7 @@ class EncoderStack(nn.Module):
         eps: float = 1e-5,
     ):
         super().__init__()
-        if not isinstance(n_layers, int) or n_layers <= 0:
-            raise ValueError(f"n_layers must be a positive int, got {n_layers!r}")
+        check_int("n_layers", n_layers)
         block = PreLNBlock if norm_first else PostLNBlock
         self.norm_first = norm_first
         self.layers = nn.ModuleList(

@@ -23,6 +23,13 @@ kv2 = torch.zeros(2, 2, 7, 8)
     lambda: A.check_bool_mask("mask", None),
     lambda: A.check_block_args(16, 4, 64, 0.0, "gelu"),
     lambda: A.check_sequence("x", torch.zeros(2, 3, 16), 16),
+    lambda: A.check_eps(0),
+    lambda: A.check_features("x", torch.zeros(5, 16), 16),
+    lambda: A.check_activation("silu", {"silu": None, "relu": None}),
+    lambda: A.check_token_ids("input_ids", torch.zeros(2, 3, dtype=torch.int32), dims=2),
+    lambda: A.check_mlm_probabilities(0.15, 0.5, 0.5),
+    lambda: A.check_same_shape("a", q4, "b", torch.ones(2, 4, 5, 8)),
+    lambda: A.check_temperature(0.5),
 ])
 def test_good_input_passes(call):
     assert call() is None
@@ -45,6 +52,18 @@ def test_good_input_passes(call):
     (lambda: A.check_block_args(16, 4, 64, 0.0, "swish"), "activation"),
     (lambda: A.check_block_args(16, 0, 64, 0.0, "relu"), "n_heads"),
     (lambda: A.check_sequence("memory", torch.zeros(2, 3, 8), 16), "memory"),
+    (lambda: A.check_eps(-1e-5), "eps"),
+    (lambda: A.check_eps("1e-5"), "eps"),
+    (lambda: A.check_features("x", torch.zeros(5, 8), 16), "last dimension d_model=16"),
+    (lambda: A.check_features("x", torch.tensor(1.0), 16), "x"),
+    (lambda: A.check_activation("swish", ("silu",)), "activation"),
+    (lambda: A.check_token_ids("input_ids", torch.zeros(2, 3)), "integer token ids"),
+    (lambda: A.check_token_ids("input_ids", torch.zeros(3, dtype=torch.long), dims=2), r"\(N, T\)"),
+    (lambda: A.check_mlm_probabilities(1.5, 0.8, 0.1), "mlm_probability=1.5"),
+    (lambda: A.check_mlm_probabilities(0.15, 0.8, 0.3), "random_replace_prob=0.3"),
+    (lambda: A.check_same_shape("student_logits", q4, "teacher_logits", kv2), "teacher_logits"),
+    (lambda: A.check_temperature(0), "temperature"),
+    (lambda: A.check_temperature(float("nan")), "temperature"),
 ])
 def test_bad_input_names_the_argument(call, name):
     with pytest.raises(ValueError, match=name):

@@ -80,16 +80,16 @@ def test_word_vocab():
         WordVocab(["a", "a"])
 
 
-@pytest.mark.parametrize("len_a, len_b, max_len", [(7, 2, 8), (2, 7, 8), (5, 5, 10), (4, 4, 16),
+@pytest.mark.parametrize("len_a, len_b, seq_len", [(7, 2, 8), (2, 7, 8), (5, 5, 10), (4, 4, 16),
                                                    (9, 6, 12), (3, 0, 6)])
-def test_pair_inputs_match_bert_tokenizer(hf_python_tokenizer, len_a, len_b, max_len):
+def test_pair_inputs_match_bert_tokenizer(hf_python_tokenizer, len_a, len_b, seq_len):
     a = [5 + i % len(WORDS) for i in range(len_a)]
     b = [5 + (3 * i + 1) % len(WORDS) for i in range(len_b)]
     text = lambda ids: " ".join(WORDS[i - 5] for i in ids)  # noqa: E731
     expected = hf_python_tokenizer(text(a), text(b) if b else None, truncation="longest_first",
-                                   max_length=max_len, padding="max_length",
+                                   max_length=seq_len, padding="max_length",
                                    return_token_type_ids=True)
-    got = pair_inputs(a, b if b else None, max_len)
+    got = pair_inputs(a, b if b else None, seq_len)
     for key in ("input_ids", "token_type_ids", "attention_mask"):
         assert got[key].tolist() == expected[key], key
 
@@ -100,7 +100,7 @@ def test_pair_layout_and_truncation():
     assert got["token_type_ids"].tolist() == [0, 0, 0, 0, 1, 1, 0, 0]
     assert got["attention_mask"].tolist() == [1, 1, 1, 1, 1, 1, 0, 0]
     assert truncate_pair([1] * 10, [2] * 4, 6) == ([1] * 3, [2] * 3)
-    with pytest.raises(ValueError, match="max_len"):
+    with pytest.raises(ValueError, match="seq_len"):
         pair_inputs([1], [2], 2)
 
 

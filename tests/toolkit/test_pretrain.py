@@ -1,4 +1,4 @@
-"""toolkit.pretrain and toolkit.distill end to end: the tiny encoder learns, and so does its student.
+"""toolkit.pretrain and toolkit.distill end to end: the tiny encoder learns, so does its student.
 
 A 2-block, 64-wide TinyBert pre-trained for 300 steps (some 15 s of CPU) must beat the
 unigram baseline by a wide margin on held-out text, and so must its 1-block student
