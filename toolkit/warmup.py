@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from toolkit.arguments import check_int
 from toolkit.norm import LayerNorm
 from toolkit.residual import PostLNBlock, PreLNBlock
 
@@ -67,8 +68,7 @@ class DeepStack(nn.Module):
         vocab_size: int = VOCAB_SIZE, seq_len: int = SEQ_LEN,
     ):
         super().__init__()
-        if not isinstance(n_layers, int) or n_layers <= 0:
-            raise ValueError(f"n_layers must be a positive int, got {n_layers!r}")
+        check_int("n_layers", n_layers)
         self.embed = nn.Embedding(vocab_size, d_model)
         self.position = nn.Embedding(seq_len, d_model)
         self.layers = nn.ModuleList(block(d_model, n_heads) for _ in range(n_layers))
@@ -139,10 +139,8 @@ def train_deep_stack(
     Adam's betas are the Transformer paper's ``(0.9, 0.98)``. The same seed gives the
     same initial weights and batches for every layout and warm-up.
     """
-    if not isinstance(warmup_steps, int) or warmup_steps < 0:
-        raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
-    if not isinstance(steps, int) or steps <= 0:
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    check_int("warmup_steps", warmup_steps, minimum=0)
+    check_int("steps", steps)
     model = _stack(layout, pre_ln_block, n_layers, d_model, n_heads, seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
     generator = torch.Generator().manual_seed(seed)
@@ -171,6 +169,8 @@ def warmup_experiment(
     labels ``"Post-LN, no warm-up"``, ``"Post-LN, warm-up"``, ``"Pre-LN, no warm-up"``,
     ``"Pre-LN, warm-up"``.
     """
+    # A Pre-LN block that cannot run yet fails here, before minutes of Post-LN training.
+    _stack("pre", pre_ln_block, 1, 8, 2, seed=0)(sorting_batch(1, torch.Generator())[0])
     runs = {}
     for layout, name in (("post", "Post-LN"), ("pre", "Pre-LN")):
         for warm, tag in ((0, "no warm-up"), (warmup_steps, "warm-up")):

@@ -11,7 +11,7 @@ from torch import nn
 from toolkit.ffn import FeedForward, SwiGLU
 from toolkit.norm import LayerNorm, RMSNorm
 from toolkit.residual import EncoderStack, PostLNBlock, PreLNBlock, make_ffn, make_norm
-from toolkit.warmup import layer_scales, sorting_batch, train_deep_stack
+from toolkit.warmup import layer_scales, sorting_batch, train_deep_stack, warmup_experiment
 
 D, H, FF = 16, 4, 32
 
@@ -172,3 +172,16 @@ def test_train_deep_stack_is_reproducible_and_learns():
         train_deep_stack("pre", -1)
     with pytest.raises(ValueError, match="layout"):
         layer_scales("middle")
+
+
+def test_warmup_experiment_stops_at_once_on_an_unwritten_block():
+    """A student's Pre-LN block that cannot run yet fails before any (Post-LN) training."""
+    seen = []
+
+    class Unwritten(PreLNBlock):
+        def forward(self, x, mask=None):
+            raise NotImplementedError("`PreLNBlock.forward` is not written yet (Exercise 3)")
+
+    with pytest.raises(NotImplementedError, match="not written yet"):
+        warmup_experiment(10, pre_ln_block=Unwritten, callback=lambda s, loss: seen.append(s))
+    assert seen == []

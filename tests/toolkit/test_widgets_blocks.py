@@ -1,4 +1,4 @@
-"""Headless tests for toolkit.widgets.blocks and toolkit.widgets.bert."""
+"""Headless tests for toolkit.widgets.blocks (Assignment 05's widgets)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from matplotlib.figure import Figure  # noqa: E402
 from toolkit.ffn import GatedFeedForward  # noqa: E402
 from toolkit.mlm import MASK_ID, WordVocab, mask_tokens  # noqa: E402
 from toolkit.residual import PreLNBlock  # noqa: E402
-from toolkit.widgets import bert as B  # noqa: E402
 from toolkit.widgets import blocks as K  # noqa: E402
 from toolkit.widgets.display import HEADLESS_ENV, figure_to_png  # noqa: E402
 
@@ -52,7 +51,7 @@ def _control(widget, description):
     return next(c for c in _walk(widget) if getattr(c, "description", None) == description)
 
 
-# ---------------------------------------------------------------- blocks
+# ---------------------------------------------------------------- layers and gates
 
 
 def test_plot_layer_scales_and_warmup_runs_render():
@@ -103,29 +102,29 @@ def test_glu_gate_explorer_takes_a_class_and_redraws(interactive):
     assert bytes(image.value) != first
 
 
-# ---------------------------------------------------------------- bert
+# ---------------------------------------------------------------- masking and distillation
 
 
 def test_masking_outcomes_and_shares():
     ids = torch.tensor([2, 5, 6, 7, 8, 3])
     inputs = torch.tensor([2, MASK_ID, 6, 9, 8, 3])
     labels = torch.tensor([-100, 5, -100, 7, 8, -100])
-    assert B.masking_outcomes(ids, inputs, labels, range(5), MASK_ID) == [
+    assert K.masking_outcomes(ids, inputs, labels, range(5), MASK_ID) == [
         "special", "[MASK]", "not selected", "random", "unchanged", "special"]
-    shares = B.outcome_shares(ids[None], inputs[None], labels[None], range(5), MASK_ID)
+    shares = K.outcome_shares(ids[None], inputs[None], labels[None], range(5), MASK_ID)
     assert shares["selected"] == pytest.approx(3 / 4)
     assert shares["[MASK]"] == shares["random"] == shares["unchanged"] == pytest.approx(1 / 3)
 
 
 def test_plot_mlm_masking_renders():
-    tokens, new, outcomes, shares = B._masking_view("def f ( x ) : return x", mask_tokens, VOCAB,
-                                                    0, 0.3)
+    tokens, new, outcomes, shares = K.masking_example("def f ( x ) : return x", mask_tokens,
+                                                      VOCAB, 0, 0.3)
     assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and outcomes[0] == "special"
     assert 0.2 < shares["selected"] < 0.4  # 2,000 draws at 30%
-    _render(B.plot_mlm_masking(tokens, new, outcomes, shares))
-    _render(B.plot_mlm_masking(tokens, new, outcomes))
+    _render(K.plot_mlm_masking(tokens, new, outcomes, shares))
+    _render(K.plot_mlm_masking(tokens, new, outcomes))
     with pytest.raises(ValueError, match="same length"):
-        B.plot_mlm_masking(tokens, new[:-1], outcomes)
+        K.plot_mlm_masking(tokens, new[:-1], outcomes)
 
 
 def test_plot_soft_targets_renders_and_uses_the_loss():
@@ -135,14 +134,14 @@ def test_plot_soft_targets_renders_and_uses_the_loss():
         calls.append(temperature)
         return torch.tensor(1.0)
 
-    _render(B.plot_soft_targets(B.TEACHER_LOGITS, B.STUDENT_LOGITS, 3.0, loss_fn=loss_fn))
+    _render(K.plot_soft_targets(K.TEACHER_LOGITS, K.STUDENT_LOGITS, 3.0, loss_fn=loss_fn))
     assert 3.0 in calls and len(calls) > 10
     with pytest.raises(ValueError, match="temperature"):
-        B.plot_soft_targets(B.TEACHER_LOGITS, B.STUDENT_LOGITS, 0.0)
+        K.plot_soft_targets(K.TEACHER_LOGITS, K.STUDENT_LOGITS, 0.0)
 
 
 def test_mlm_masking_playground_takes_a_function_and_redraws(interactive):
-    widget = B.mlm_masking_playground(mask_fn=mask_tokens, vocab=VOCAB,
+    widget = K.mlm_masking_playground(mask_fn=mask_tokens, vocab=VOCAB,
                                       sentence="def f ( x ) : return x")
     image = _image(widget)
     first = bytes(image.value)
@@ -151,17 +150,27 @@ def test_mlm_masking_playground_takes_a_function_and_redraws(interactive):
     assert bytes(image.value) != first
 
 
-def test_mlm_masking_playground_reports_a_failing_function(interactive):
-    def broken(*args, **kwargs):
-        raise NotImplementedError()
+def test_playground_raises_for_an_unwritten_function_and_shows_later_errors(interactive):
+    def stub(*args, **kwargs):
+        raise NotImplementedError("`mask_tokens` is not written yet (Exercise 5a)")
 
-    widget = B.mlm_masking_playground(mask_fn=broken, vocab=VOCAB, sentence="x + 1")
-    notes = [c for c in _walk(widget) if isinstance(c, w.HTML)]
-    assert any("NotImplementedError" in n.value for n in notes)
+    with pytest.raises(NotImplementedError, match="not written yet"):
+        K.mlm_masking_playground(mask_fn=stub, vocab=VOCAB, sentence="x + 1")
+
+    def picky(input_ids, *args, generator=None):  # works at 15%, fails above
+        if args[-1] > 0.2:
+            raise ValueError("mlm_probability too high for this student")
+        return mask_tokens(input_ids, *args, generator=generator)
+
+    widget = K.mlm_masking_playground(mask_fn=picky, vocab=VOCAB, sentence="x + 1")
+    image, first = _image(widget), bytes(_image(widget).value)
+    _control(widget, "mlm_probability").value = 0.4  # the widget survives and says why
+    assert bytes(image.value) != first and bytes(image.value).startswith(PNG_MAGIC)
+    _render(K.message_figure("your masking function raised ValueError: too high"))
 
 
 def test_temperature_explorer_redraws(interactive):
-    widget = B.temperature_explorer()
+    widget = K.temperature_explorer()
     image = _image(widget)
     first = bytes(image.value)
     _control(widget, "temperature T").value = 8.0
@@ -169,7 +178,25 @@ def test_temperature_explorer_redraws(interactive):
 
 
 @pytest.mark.parametrize("builder", [K.layer_scale_explorer, K.glu_gate_explorer,
-                                     B.mlm_masking_playground, B.temperature_explorer])
+                                     K.mlm_masking_playground, K.temperature_explorer])
 def test_builders_are_placeholders_when_headless(headless, builder):
     widget = builder()
     assert isinstance(widget, w.HTML) and "skipped" in widget.value
+
+
+class _UnwrittenBlock(PreLNBlock):
+    def forward(self, x, mask=None):
+        raise NotImplementedError("`PreLNBlock.forward` is not written yet (Exercise 3)")
+
+
+class _UnwrittenFFN(GatedFeedForward):
+    def __init__(self, *args, **kwargs):
+        raise NotImplementedError("`GatedFeedForward.__init__` is not written yet (Exercise 2)")
+
+
+@pytest.mark.parametrize("build", [lambda: K.layer_scale_explorer(pre_ln_block=_UnwrittenBlock),
+                                   lambda: K.glu_gate_explorer(ffn_class=_UnwrittenFFN)])
+def test_builders_fail_at_once_on_an_unwritten_exercise(interactive, build):
+    """The notebook cell fails with the stub's own message (friendly_errors shortens it)."""
+    with pytest.raises(NotImplementedError, match="not written yet"):
+        build()

@@ -6,6 +6,8 @@
   distance, ALiBi heads, train short / test long;
 * :mod:`toolkit.widgets.efficient` (03, 04): sparse-mask gallery, KV-cache calculator,
   online-softmax stepper, attention memory;
+* :mod:`toolkit.widgets.blocks` (05): Post-LN vs Pre-LN layer scales and warm-up runs, a
+  GLU gate explorer, an MLM masking playground, a distillation temperature slider;
 * :mod:`toolkit.widgets.generation` (07): loss curves, sampling playground, two models
   side by side;
 * :mod:`toolkit.widgets.display`: how they all draw (PNG via Agg) and redraw

@@ -1,29 +1,15 @@
-"""Widgets for the block around attention: Post-LN vs Pre-LN, and what a GLU gate does.
+"""Post-LN against Pre-LN in a deep stack: layer scales at initialisation, and warm-up runs.
 
-What each one is for
---------------------
-* :func:`layer_scale_explorer`: a deep stack at initialisation, Post-LN against
-  Pre-LN. Left: the size (RMS) of each block's output. Post-LN renormalises after every
-  block, so it stays at 1; Pre-LN's residual stream is a growing sum. Right: the norm of
-  the loss gradient reaching each block's parameters. Post-LN's grows towards the
-  output, Pre-LN's is flat and smaller: Post-LN's last layers take the largest steps at
-  the start of training, which is what a learning-rate warm-up tames (arXiv 2002.04745).
-  Move the depth slider and watch the gap widen.
+* :func:`layer_scale_explorer`: a freshly initialised stack, Post-LN against Pre-LN.
+  Left: the size (RMS) of each block's output. Post-LN renormalises after every block,
+  so it stays at 1; Pre-LN's residual stream is a growing sum. Right: the norm of the
+  loss gradient reaching each block's parameters. Post-LN's grows towards the output,
+  Pre-LN's is flat and smaller: Post-LN's last layers take the largest steps at the start
+  of training, which is what a learning-rate warm-up tames (arXiv 2002.04745). Move the
+  depth slider and watch the gap widen.
 * :func:`plot_warmup_runs`: the loss curves of :func:`toolkit.warmup.warmup_experiment`
   (Post-LN and Pre-LN, with and without warm-up) against the level of a model that has
   learnt nothing.
-* :func:`glu_gate_explorer`: one token through a gated feed-forward network
-  ``down(act(gate(x)) * up(x))``. The three panels show, per hidden unit, the gate
-  ``act(W_gate x)``, the value ``W_up x`` and their product. A ReLU gate shuts units
-  exactly (0), a sigmoid gate only dims them (0..1), SiLU and GELU shut most negative
-  units softly and let a few slightly negative values through. Change the input token
-  and a different set of units opens.
-
-Every builder has a pure ``plot_*`` function returning a ``matplotlib.figure.Figure``
-(tests render them with Agg). Builders that show a function students write take it as
-an argument (``layer_scale_explorer(pre_ln_block=PreLNBlock)``,
-``glu_gate_explorer(ffn_class=GatedFeedForward)``). With ``TOOLKIT_HEADLESS=1`` they
-return a placeholder and draw nothing.
 """
 
 from __future__ import annotations
@@ -35,13 +21,11 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from toolkit.ffn import GatedFeedForward
 from toolkit.residual import PreLNBlock
 from toolkit.warmup import VOCAB_SIZE, layer_scales
-from toolkit.widgets.display import LABEL_STYLE, figure_to_png, headless_placeholder, is_headless
+from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
 
 LAYOUT_COLORS = {"Post-LN": "tab:red", "Pre-LN": "tab:blue"}
-GATE_ACTIVATIONS = ("silu", "gelu", "relu", "sigmoid")
 
 
 def plot_layer_scales(scales: Mapping[str, Mapping[str, Tensor]], title: str = "") -> Figure:
@@ -74,11 +58,24 @@ def plot_layer_scales(scales: Mapping[str, Mapping[str, Tensor]], title: str = "
     return fig
 
 
+def plot_layer_scales_at_init(n_layers: int = 12, d_model: int = 64, *,
+                              pre_ln_block: type = PreLNBlock) -> Figure:
+    """:func:`plot_layer_scales` of a fresh ``n_layers``-block stack in both layouts.
+
+    The Pre-LN stack (built from ``pre_ln_block``) is measured first, so a block that
+    cannot run yet fails before any time goes into the Post-LN one.
+    """
+    pre = layer_scales("pre", n_layers, d_model, pre_ln_block=pre_ln_block)
+    scales = {"Post-LN": layer_scales("post", n_layers, d_model), "Pre-LN": pre}
+    return plot_layer_scales(scales, f"{n_layers} blocks, d_model = {d_model}, at initialisation")
+
+
 def layer_scale_explorer(pre_ln_block: type = PreLNBlock):
-    """Depth and width sliders over :func:`plot_layer_scales` (Post-LN vs Pre-LN at init).
+    """Depth and width controls over :func:`plot_layer_scales_at_init`.
 
     Args:
-        pre_ln_block: the Pre-LN block class to measure (yours, or the toolkit's).
+        pre_ln_block: the Pre-LN block class to measure (yours, or the toolkit's), called
+            as ``pre_ln_block(d_model, n_heads)``.
 
     Returns:
         an ``ipywidgets.VBox`` (a placeholder when headless).
@@ -87,22 +84,16 @@ def layer_scale_explorer(pre_ln_block: type = PreLNBlock):
         return headless_placeholder("layer_scale_explorer")
     import ipywidgets as w
 
-    depth = w.IntSlider(style=LABEL_STYLE, value=12, min=2, max=24, description="blocks")
-    width = w.Dropdown(style=LABEL_STYLE, options=[32, 64, 128], value=64, description="d_model")
-    image = w.Image(format="png")
+    controls = {
+        "n_layers": w.IntSlider(style=LABEL_STYLE, value=12, min=2, max=24, description="blocks"),
+        "d_model": w.Dropdown(style=LABEL_STYLE, options=[32, 64, 128], value=64,
+                              description="d_model"),
+    }
 
-    def redraw(_change=None):
-        scales = {
-            "Post-LN": layer_scales("post", depth.value, width.value),
-            "Pre-LN": layer_scales("pre", depth.value, width.value, pre_ln_block=pre_ln_block),
-        }
-        image.value = figure_to_png(plot_layer_scales(
-            scales, f"{depth.value} blocks, d_model = {width.value}, at initialisation"))
+    def draw(n_layers, d_model):
+        return plot_layer_scales_at_init(n_layers, d_model, pre_ln_block=pre_ln_block)
 
-    for control in (depth, width):
-        control.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox([depth, width]), image])
+    return live_figure(controls, draw)
 
 
 def _smooth(values: Sequence[float], window: int) -> list[float]:
@@ -143,80 +134,3 @@ def plot_warmup_runs(runs: Mapping[str, Sequence[float]], *, warmup_steps: int |
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return fig
-
-
-def gate_example(ffn_class: type = GatedFeedForward, activation: str = "silu", token: int = 0,
-                 scale: float = 1.0, *, d_model: int = 16, d_hidden: int = 24,
-                 seed: int = 0) -> dict[str, Tensor]:
-    """Gate, value and product of each hidden unit for one input vector.
-
-    The network is ``ffn_class(d_model, d_hidden, activation)`` with weights drawn from
-    ``seed`` (the same weights for every activation); the input is ``scale`` times the
-    ``token``-th of six fixed random vectors.
-
-    Returns:
-        ``{"gate": act(W_gate x), "value": W_up x, "product": gate * value}``, each ``(d_hidden,)``.
-    """
-    if not 0 <= token < 6:
-        raise ValueError(f"token must be in 0..5, got {token}")
-    rng = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    ffn = ffn_class(d_model, d_hidden, activation)
-    torch.random.set_rng_state(rng)  # leave the caller's random stream alone
-    x = scale * torch.randn(6, d_model, generator=torch.Generator().manual_seed(seed + 1))[token]
-    with torch.no_grad():
-        gate = ffn.act(ffn.gate_proj(x))  # act(W_gate x)
-        value = ffn.up_proj(x)  # W_up x
-    return {"gate": gate, "value": value, "product": gate * value}
-
-
-def plot_glu_gates(example: Mapping[str, Tensor], title: str = "") -> Figure:
-    """Three bar panels over the hidden units: gate, value, gate * value."""
-    fig = Figure(figsize=(9.5, 4.6), layout="constrained")
-    axes = fig.subplots(3, 1, sharex=True)
-    gate = example["gate"]
-    shut = gate.abs() < 1e-3
-    panels = (("gate", "gate act(W_gate x)"), ("value", "value W_up x"),
-              ("product", "gate * value (what W_down sees)"))
-    for ax, (key, label) in zip(axes, panels):
-        v = example[key].float()
-        color = "tab:green" if key == "gate" else "tab:blue"
-        colors = ["lightgrey" if s else color for s in shut]
-        ax.bar(range(len(v)), v.numpy(), color=colors)
-        ax.axhline(0, color="black", lw=0.6)
-        ax.set_ylabel(label, fontsize=8)
-        ax.grid(alpha=0.3, axis="y")
-    axes[-1].set_xlabel(f"hidden unit (grey: gate shut, {int(shut.sum())} of {len(gate)})")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    return fig
-
-
-def glu_gate_explorer(ffn_class: type = GatedFeedForward):
-    """Activation, input token and input scale controls over :func:`plot_glu_gates`.
-
-    Args:
-        ffn_class: a gated FFN class called as ``ffn_class(d_model, d_hidden, activation)``
-            with ``gate_proj``, ``up_proj`` and ``act`` (yours, or the toolkit's).
-    """
-    if is_headless():
-        return headless_placeholder("glu_gate_explorer")
-    import ipywidgets as w
-
-    gate_example(ffn_class)  # fail early on a class that does not fit
-    act = w.Dropdown(style=LABEL_STYLE, options=list(GATE_ACTIVATIONS), value="silu",
-                     description="gate activation")
-    token = w.IntSlider(style=LABEL_STYLE, value=0, min=0, max=5, description="input token")
-    scale = w.FloatLogSlider(style=LABEL_STYLE, value=1.0, base=10, min=-1, max=1, step=0.1,
-                             description="input scale")
-    image = w.Image(format="png")
-
-    def redraw(_change=None):
-        example = gate_example(ffn_class, act.value, token.value, scale.value)
-        image.value = figure_to_png(plot_glu_gates(
-            example, f"{act.value} gate, token {token.value}, |x| scaled by {scale.value:.2g}"))
-
-    for control in (act, token, scale):
-        control.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox([act, token, scale]), image])
