@@ -31,10 +31,17 @@ from toolkit.bert import BertConfig, ClassificationHead, TinyBert
 from toolkit.ffn import FeedForward, SwiGLU, gelu_exact, gelu_tanh, swiglu_hidden_dim
 from toolkit.mlm import WordVocab, pair_inputs, sample_nsp_pairs
 from toolkit.norm import LayerNorm
+from toolkit.notebook import friendly_errors
 from toolkit.residual import EncoderStack
-from toolkit.widgets.bert import mlm_masking_playground, temperature_explorer
-from toolkit.widgets.blocks import glu_gate_explorer, layer_scale_explorer
+from toolkit.widgets.blocks import (
+    glu_gate_explorer,
+    layer_scale_explorer,
+    mlm_masking_playground,
+    temperature_explorer,
+)
 from toolkit.widgets.display import figure_to_png
+
+friendly_errors()  # one short line instead of a long traceback for the usual slips
 
 _ = torch.manual_seed(0)
 
@@ -145,7 +152,7 @@ for d_model in (768, 4096, 5120):
     print(f"d = {d_model}: 4d MLP {classic / 1e6:.1f}M parameters, SwiGLU hidden "
           f"{swiglu_hidden_dim(d_model)} -> {gated / 1e6:.1f}M")
 small = SwiGLU(64)
-print("SwiGLU(64): hidden size", small.d_hidden, "(8d/3 = 170, rounded up to 256);",
+print("SwiGLU(64): hidden size", small.d_ff, "(8d/3 = 170, rounded up to 256);",
       sum(p.numel() for p in small.parameters()), "parameters, a 4d MLP of the same width has",
       sum(p.numel() for p in FeedForward(64, bias=False).parameters()))
 

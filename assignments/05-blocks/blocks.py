@@ -64,10 +64,25 @@ import torch.nn.functional as F
 from IPython.display import Image, display
 from torch import Tensor, nn
 
+# Pieces that are not exercises here: multi-head attention (assignment 01), the classic
+# feed-forward network, BERT's input builder, the pre-training helpers, and the argument
+# checks the exercises call (each raises ValueError naming the argument and the fix).
+from toolkit.arguments import (
+    check_activation,
+    check_dropout,
+    check_eps,
+    check_features,
+    check_int,
+    check_mlm_probabilities,
+    check_same_shape,
+    check_temperature,
+    check_token_ids,
+)
 from toolkit.attention import MultiHeadAttention
 from toolkit.bert import BertConfig
 from toolkit.ffn import ACTIVATIONS, FeedForward
 from toolkit.mlm import IGNORE_INDEX, pair_inputs
+from toolkit.notebook import friendly_errors
 from toolkit.pretrain import (
     evaluation_batch,
     load_bert,
@@ -77,30 +92,18 @@ from toolkit.pretrain import (
     save_bert,
     unigram_accuracy,
 )
-from toolkit.widgets.bert import mlm_masking_playground, temperature_explorer
-from toolkit.widgets.blocks import glu_gate_explorer, layer_scale_explorer, plot_warmup_runs
+from toolkit.widgets.blocks import (
+    glu_gate_explorer,
+    layer_scale_explorer,
+    mlm_masking_playground,
+    plot_warmup_runs,
+    temperature_explorer,
+)
 from toolkit.widgets.display import figure_to_png
 
+friendly_errors()  # one short line, not a long traceback, for an exercise not written yet
 
-# Argument checks used by the classes below (they raise ValueError with a clear message).
-# They are not exercises.
-def _check_dim(d_model: int) -> None:
-    if not isinstance(d_model, int) or d_model <= 0:
-        raise ValueError(f"d_model must be a positive int, got {d_model!r}")
-
-
-def _check_positive(name: str, value: int) -> None:
-    if not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-def _activation(name: str):
-    if name not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")
-    return ACTIVATIONS[name]
-
-
-_ = torch.manual_seed(0)
+_ = torch.manual_seed(0)  # reproducible examples
 
 # %% [markdown]
 # ## 1. Normalisation: LayerNorm and RMSNorm
@@ -164,9 +167,8 @@ class LayerNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True):
         super().__init__()
-        _check_dim(d_model)
-        if eps < 0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
+        check_int("d_model", d_model)
+        check_eps(eps)
         self.d_model, self.eps = d_model, eps
         ### BEGIN SOLUTION
         self.weight = nn.Parameter(torch.ones(d_model))  # gamma
@@ -174,8 +176,7 @@ class LayerNorm(nn.Module):
         ### END SOLUTION
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.size(-1) != self.d_model:
-            raise ValueError(f"x must have last dimension {self.d_model}, got {tuple(x.shape)}")
+        check_features("x", x, self.d_model)
         ### BEGIN SOLUTION
         mean = x.mean(dim=-1, keepdim=True)  # mu = (1/d) sum_i x_i
         var = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # sigma^2 = (1/d) sum_i (x_i - mu)^2
@@ -204,17 +205,15 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-6):
         super().__init__()
-        _check_dim(d_model)
-        if eps < 0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
+        check_int("d_model", d_model)
+        check_eps(eps)
         self.d_model, self.eps = d_model, eps
         ### BEGIN SOLUTION
         self.weight = nn.Parameter(torch.ones(d_model))  # gamma
         ### END SOLUTION
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.size(-1) != self.d_model:
-            raise ValueError(f"x must have last dimension {self.d_model}, got {tuple(x.shape)}")
+        check_features("x", x, self.d_model)
         ### BEGIN SOLUTION
         x32 = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         ms = x32.pow(2).mean(dim=-1, keepdim=True)  # mean(x^2) over the features
@@ -310,15 +309,15 @@ print("✓ norms pass the visible checks")
 # ### Exercise 2: `swiglu_hidden_dim` and `GatedFeedForward`
 #
 # Use the names of Hugging Face's `LlamaMLP` (`gate_proj`, `up_proj`, `down_proj`, no
-# biases by default) so its weights load into your module. `_activation(name)` (defined in
-# the setup cell) returns the activation function for `"silu"`, `"gelu"`, `"relu"` or
-# `"sigmoid"`.
+# biases by default) so its weights load into your module. `ACTIVATIONS` (imported in the
+# setup cell) maps `"silu"`, `"gelu"`, `"relu"` and `"sigmoid"` to their functions; call
+# `check_activation(name, ACTIVATIONS)` first, so an unknown name gets a clear error.
 
 # %% nbgrader={"grade": false, "grade_id": "gated_ffn", "locked": false, "schema_version": 3, "solution": true}
 def swiglu_hidden_dim(d_model: int, multiple_of: int = 256) -> int:
     """``int(8 d / 3)`` rounded *up* to a multiple of ``multiple_of`` (LLaMA: 4096 -> 11008)."""
-    _check_positive("d_model", d_model)
-    _check_positive("multiple_of", multiple_of)
+    check_int("d_model", d_model)
+    check_int("multiple_of", multiple_of)
     ### BEGIN SOLUTION
     hidden = int(2 * (4 * d_model) / 3)  # 8d/3: the parameter-parity hidden size
     return multiple_of * math.ceil(hidden / multiple_of)  # round up to a multiple
@@ -330,15 +329,15 @@ class GatedFeedForward(nn.Module):
 
     Args:
         d_model: input and output size ``d``.
-        d_hidden: hidden size; default ``swiglu_hidden_dim(d_model, multiple_of)``.
-        activation: the gate's activation (a name for ``_activation``); default the class's
+        d_ff: hidden size; default ``swiglu_hidden_dim(d_model, multiple_of)``.
+        activation: the gate's activation (a key of ``ACTIVATIONS``); default the class's
             ``default_activation``.
         multiple_of: rounding of the default hidden size.
         bias: biases on the three projections.
         dropout: on the output.
 
     Attributes: ``gate_proj``, ``up_proj`` (``d -> h``), ``down_proj`` (``h -> d``),
-    ``act`` (the gate's function), ``activation`` (its name), ``d_hidden``, ``dropout``.
+    ``act`` (the gate's function), ``activation`` (its name), ``d_ff``, ``dropout``.
     Shapes: ``(..., d_model)`` -> ``(..., d_model)``.
     """
 
@@ -347,23 +346,24 @@ class GatedFeedForward(nn.Module):
     def __init__(
         self,
         d_model: int,
-        d_hidden: int | None = None,
+        d_ff: int | None = None,
         activation: str | None = None,
         multiple_of: int = 256,
         bias: bool = False,
         dropout: float = 0.0,
     ):
         super().__init__()
-        _check_positive("d_model", d_model)
+        check_int("d_model", d_model)
         ### BEGIN SOLUTION
-        d_hidden = swiglu_hidden_dim(d_model, multiple_of) if d_hidden is None else d_hidden
-        _check_positive("d_hidden", d_hidden)
+        d_ff = swiglu_hidden_dim(d_model, multiple_of) if d_ff is None else d_ff
+        check_int("d_ff", d_ff)
         self.activation = self.default_activation if activation is None else activation
-        self.act = _activation(self.activation)
-        self.d_hidden = d_hidden
-        self.gate_proj = nn.Linear(d_model, d_hidden, bias=bias)  # W_gate: d -> h
-        self.up_proj = nn.Linear(d_model, d_hidden, bias=bias)  # W_up:   d -> h
-        self.down_proj = nn.Linear(d_hidden, d_model, bias=bias)  # W_down: h -> d
+        check_activation(self.activation, ACTIVATIONS)
+        self.act = ACTIVATIONS[self.activation]
+        self.d_ff = d_ff
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)  # W_gate: d -> h
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)  # W_up:   d -> h
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)  # W_down: h -> d
         self.dropout = nn.Dropout(dropout)
         ### END SOLUTION
 
@@ -404,7 +404,7 @@ assert {n for n, _ in ffn.named_parameters()} == {
     "gate_proj.weight", "up_proj.weight", "down_proj.weight"}, (
     "parameters must be gate_proj, up_proj and down_proj, without biases by default")
 assert ffn.gate_proj.weight.shape == (20, 12) and ffn.down_proj.weight.shape == (12, 20)
-assert SwiGLU(1024).d_hidden == 2816, "the default hidden size is swiglu_hidden_dim(d_model)"
+assert SwiGLU(1024).d_ff == 2816, "the default hidden size is swiglu_hidden_dim(d_model)"
 x = torch.randn(2, 3, 12)
 with torch.no_grad():
     out = ffn(x)
@@ -499,8 +499,7 @@ class ResidualBlock(nn.Module):
         eps: float = 1e-5,
     ):
         super().__init__()
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_dropout(dropout)
         self.d_model = d_model
         self.self_attn = MultiHeadAttention(d_model, n_heads)
         self.ffn = make_ffn(ffn, d_model, d_ff)
@@ -567,8 +566,7 @@ class EncoderStack(nn.Module):
         eps: float = 1e-5,
     ):
         super().__init__()
-        if not isinstance(n_layers, int) or n_layers <= 0:
-            raise ValueError(f"n_layers must be a positive int, got {n_layers!r}")
+        check_int("n_layers", n_layers)
         block = PreLNBlock if norm_first else PostLNBlock
         self.norm_first = norm_first
         self.layers = nn.ModuleList(
@@ -891,13 +889,8 @@ def mask_tokens(
     ``ValueError`` for a non-integer ``input_ids`` or probabilities outside ``[0, 1]`` (or
     ``mask_replace_prob + random_replace_prob > 1``): the first lines do it for you.
     """
-    if input_ids.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
-    if not (0 <= mlm_probability <= 1 and 0 <= mask_replace_prob <= 1
-            and 0 <= random_replace_prob <= 1 - mask_replace_prob):
-        raise ValueError("probabilities must lie in [0, 1], with mask_replace_prob + "
-                         f"random_replace_prob <= 1; got {mlm_probability}, "
-                         f"{mask_replace_prob}, {random_replace_prob}")
+    check_token_ids("input_ids", input_ids)
+    check_mlm_probabilities(mlm_probability, mask_replace_prob, random_replace_prob)
     ### BEGIN SOLUTION
     inputs, labels = input_ids.clone(), input_ids.clone()
     special = torch.isin(input_ids, torch.as_tensor(list(special_ids), dtype=input_ids.dtype))
@@ -988,8 +981,7 @@ class MaskedLMDataset:
         dynamic: bool = True,
         seed: int = 0,
     ):
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must be (N, T), got shape {tuple(input_ids.shape)}")
+        check_token_ids("input_ids", input_ids, dims=2)
         self.input_ids = input_ids
         self.special_ids, self.mask_token_id = list(special_ids), mask_token_id
         self.vocab_size, self.mlm_probability = vocab_size, mlm_probability
@@ -1082,11 +1074,8 @@ def soft_target_loss(student_logits: Tensor, teacher_logits: Tensor, temperature
     ``student_logits``, ``teacher_logits``: ``(..., V)``. Raise ``ValueError`` if their shapes
     differ or ``temperature <= 0`` (done for you).
     """
-    if student_logits.shape != teacher_logits.shape:
-        raise ValueError(f"student_logits {tuple(student_logits.shape)} and teacher_logits "
-                         f"{tuple(teacher_logits.shape)} must have the same shape")
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    check_same_shape("student_logits", student_logits, "teacher_logits", teacher_logits)
+    check_temperature(temperature)
     ### BEGIN SOLUTION
     V = student_logits.size(-1)
     log_p_student = F.log_softmax(student_logits.reshape(-1, V) / temperature, dim=-1)
@@ -1100,9 +1089,7 @@ def hidden_cosine_loss(student_hidden: Tensor, teacher_hidden: Tensor,
                        attention_mask: Tensor | None = None) -> Tensor:
     """``mean(1 - cos(h_s, h_t))`` over positions ``(B, T)`` (only where ``attention_mask``
     is 1, if given). Hidden states ``(B, T, d)``; raise ``ValueError`` on a shape mismatch."""
-    if student_hidden.shape != teacher_hidden.shape:
-        raise ValueError(f"student_hidden {tuple(student_hidden.shape)} and teacher_hidden "
-                         f"{tuple(teacher_hidden.shape)} must have the same shape")
+    check_same_shape("student_hidden", student_hidden, "teacher_hidden", teacher_hidden)
     ### BEGIN SOLUTION
     cos = F.cosine_similarity(student_hidden, teacher_hidden, dim=-1)  # (B, T)
     if attention_mask is not None:

@@ -102,6 +102,7 @@ def test_every_position_is_a_row(submission):
 
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(LOG)
+@pytest.mark.property
 def test_zero_exactly_when_they_agree(submission):
     """A student that equals its teacher has soft loss 0; any other student has more."""
     t = _logits(6, 10, seed=5)
@@ -118,6 +119,7 @@ def test_zero_exactly_when_they_agree(submission):
 
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(T2)
+@pytest.mark.property
 def test_gradient_scale_independent_of_temperature(submission):
     """The gradient of T^2 KL keeps its size from T = 2 to T = 16; the teacher gets none."""
     s, t = _logits(32, 16, seed=7), _logits(32, 16, seed=8)
@@ -165,6 +167,7 @@ def test_distillation_loss(submission):
                           "rows whose label is not -100, + alpha_cos * hidden_cosine_loss")
 
 
+@pytest.mark.property
 def test_teacher_is_not_trained(submission):
     """Backpropagating the loss gives the student gradients and leaves the teacher alone."""
     got = submission.run(TEACHER_GRAD, s=_logits(5, 7, seed=15), t=_logits(5, 7, seed=16),

@@ -38,7 +38,7 @@ with _torch.no_grad():
 # In the student's kernel: the hidden size, parameter names and shapes of cls(*args).
 SHAPES = """
 _m = globals()[inputs["cls"]](*inputs["args"])
-result = ({n: tuple(p.shape) for n, p in _m.named_parameters()}, _m.d_hidden)
+result = ({n: tuple(p.shape) for n, p in _m.named_parameters()}, _m.d_ff)
 """
 
 
@@ -135,7 +135,7 @@ def test_default_hidden_size(submission):
         d, multiple = args[0], (args[3] if len(args) > 3 else 256)
         expected = swiglu_hidden_dim(d, multiple)
         if hidden != expected:
-            raise CheckFailure(f"SwiGLU({', '.join(map(repr, args))}) has d_hidden {hidden}, "
+            raise CheckFailure(f"SwiGLU({', '.join(map(repr, args))}) has d_ff {hidden}, "
                                f"expected swiglu_hidden_dim({d}, {multiple}) = {expected}")
         if names.get("gate_proj.weight") != (expected, d):
             raise CheckFailure(f"gate_proj of SwiGLU({d}) should be ({expected}, {d}), got "
@@ -163,5 +163,5 @@ def test_parameter_names(submission):
     expected = {"gate_proj.weight": (20, 12), "up_proj.weight": (20, 12),
                 "down_proj.weight": (12, 20)}
     if names != expected or hidden != 20:
-        raise CheckFailure(f"SwiGLU(12, 20) should have parameters {expected} and d_hidden 20, "
+        raise CheckFailure(f"SwiGLU(12, 20) should have parameters {expected} and d_ff 20, "
                            f"got {names} and {hidden}")

@@ -192,6 +192,7 @@ def test_other_probabilities(submission):
         raise CheckFailure("with mask_replace_prob=1 every selected token must become [MASK]")
 
 
+@pytest.mark.property
 def test_reproducible_with_a_seed(submission):
     """The same seeded generator gives the same masks; another seed gives others."""
     ids = _batch(200, seed=13)

@@ -79,6 +79,7 @@ def test_dynamic_masks_change_every_epoch(submission):
 
 
 @pytest.mark.weight(2)
+@pytest.mark.property
 def test_static_masks_repeat(submission):
     """dynamic=False: the same mask every epoch, whatever the batches."""
     _, selected, split = _epochs(submission, dynamic=False, seed=1)

@@ -80,6 +80,7 @@ def test_block_passes_the_mask(submission):
 
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(STREAM)
+@pytest.mark.property
 def test_identity_path(submission):
     """With the attention and FFN output projections zeroed, the block returns x exactly."""
     ref = _reference(PreLNBlock, D, H, FF, seed=5)
