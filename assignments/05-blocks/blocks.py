@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -1298,6 +1299,9 @@ save_bert(model, CHECKPOINT)
 print(f"saved {CHECKPOINT}: hand it in next to this notebook")
 
 # %% nbgrader={"grade": true, "grade_id": "test_checkpoint", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+assert Path(CHECKPOINT).is_file(), (
+    f"there is no {CHECKPOINT} next to this notebook yet: run the training cells above (the "
+    "second one saves it), then this cell")
 reloaded = load_bert(CHECKPOINT, model_class=TinyBert)
 assert reloaded.config.vocab_size == vocab.vocab_size, "train on the course vocabulary"
 assert sum(p.numel() for p in reloaded.parameters()) <= 4_000_000, "at most 4M parameters"

@@ -71,6 +71,7 @@ def test_matches_reference(submission):
 
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(SINUS)
+@pytest.mark.structural
 def test_positions_are_a_learned_table(submission):
     """position_embeddings is a trainable (max_seq_len, d) Parameter, not a fixed sinusoid."""
     got = submission.run(PARAMETERS, args=[V, D, MAX_LEN])

@@ -113,11 +113,15 @@ def test_special_tokens_never_selected(submission):
 
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(ALL)
+@pytest.mark.property
 def test_unselected_tokens_untouched(submission):
     """A token that was not selected reaches the model unchanged: 80/10/10 is for the 15% only."""
     ids = _batch(seed=4)
     inputs, labels = _mask(submission, ids, seed=5)
     unselected = labels == -100
+    if unselected.all() or not unselected.any():
+        raise CheckFailure("either every token or none was selected (labels -100 everywhere or "
+                           "nowhere): select each ordinary token with probability mlm_probability")
     changed = int((inputs[unselected] != ids[unselected]).sum())
     if changed:
         share = changed / int(unselected.sum())
