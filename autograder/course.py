@@ -16,30 +16,34 @@ checkout, which git ignores, so student data never lands in the repository)::
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
 import sys
 from pathlib import Path
 
-import jupytext
 import nbformat
-import tomllib
 
 from . import gradebook_url
+
+# An assignment as its author wrote it; re-exported here, where most callers look.
+from .assignment_spec import (  # noqa: F401
+    ASSIGNMENTS_DIR,
+    KERNELSPEC,
+    PROJECT_ROOT,
+    AssignmentSpec,
+    CourseError,
+    Mutant,
+    available_assignments,
+    notebook_from_text,
+)
 from .feedback import FEEDBACK_EXPORTER, GENERATE_FEEDBACK_PREPROCESSORS
 from .formgrader_bridge import AUTOGRADE_PREPROCESSORS
-from .limits import Limits
 from .release_steps import GENERATE_ASSIGNMENT_PREPROCESSORS
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-# Instructors keep assignments elsewhere with AUTOGRADER_ASSIGNMENTS=/path (read at `init`).
-ASSIGNMENTS_DIR = Path(os.environ.get("AUTOGRADER_ASSIGNMENTS", PROJECT_ROOT / "assignments"))
 DEFAULT_COURSE_DIR = PROJECT_ROOT / "course-workspace"
 COURSE_ID = "transformers-course"
 SETTINGS_FILE = "autograder.json"
-KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
 NBGRADER_CONFIG = """\
 # nbgrader configuration for this course workspace (written by `autograder init`).
@@ -54,6 +58,9 @@ c.GenerateAssignment.preprocessors_exclude = []
 # Stubs that name their exercise, and Run All that reaches the end (autograder.release_steps).
 c.GenerateAssignment.preprocessors = {release_steps!r}
 c.Exchange.root = {exchange!r}
+# What this workspace's students submitted (the Assignments tab's "Submitted" list) is
+# remembered here, not in ~/.local/share/jupyter, which every course would share.
+c.Exchange.cache = {exchange_cache!r}
 # Formgrader's "Autograde" and `nbgrader autograde` grade with `autograder grade`
 # (sandbox, hidden checks), never with plain nbgrader (autograder.formgrader_bridge).
 c.Autograde.autograde_preprocessors = {autograde!r}
@@ -64,102 +71,6 @@ c.GenerateFeedback.preprocessors = {feedback_steps!r}
 """
 
 
-class CourseError(Exception):
-    """A problem an instructor can fix; the message says what to do."""
-
-
-@dataclasses.dataclass
-class Mutant:
-    name: str
-    pitfall: str
-    notebook: str
-    find: str
-    replace: str
-    breaks: list[str]
-    #: What the student did, in a sentence for them; the diagnosis shows it in feedback.
-    explanation: str = ""
-
-
-@dataclasses.dataclass
-class AssignmentSpec:
-    """An assignment as described by ``assignments/<name>/assignment.toml``."""
-
-    name: str
-    path: Path
-    title: str
-    notebooks: list[str]
-    checks: str
-    #: Time, memory and storage caps: any field of :class:`autograder.limits.Limits`
-    #: set at the top level of the file (defaults there).
-    limits: Limits = dataclasses.field(default_factory=Limits)
-    forbid: list[str] = dataclasses.field(default_factory=list)
-    mutants: list[Mutant] = dataclasses.field(default_factory=list)
-    #: Optional script in the assignment folder, run after each *made* submission
-    #: (validate, demo) is written: ``python <script> <student id>`` with the submission
-    #: folder as working directory, e.g. to train and save the checkpoint a student would
-    #: hand in next to the notebook. See :func:`autograder.submissions.run_prepare`.
-    prepare: str | None = None
-
-    @classmethod
-    def load(cls, name: str, assignments_dir: Path = ASSIGNMENTS_DIR) -> AssignmentSpec:
-        path = assignments_dir / name
-        toml_path = path / "assignment.toml"
-        if not toml_path.is_file():
-            known = ", ".join(available_assignments(assignments_dir)) or "none"
-            raise CourseError(f"no assignment '{name}' (looked for {toml_path}); known: {known}")
-        try:
-            data = tomllib.loads(toml_path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise CourseError(f"{toml_path}: invalid TOML ({exc}); fix the file") from None
-        try:
-            limits = Limits.from_table(data, where=str(toml_path))
-        except ValueError as exc:
-            raise CourseError(str(exc)) from None
-        data = {k: v for k, v in data.items() if k not in _LIMIT_KEYS}
-        unknown = sorted(set(data) - _SPEC_KEYS)
-        if unknown:
-            raise CourseError(
-                f"{toml_path}: unknown key(s) {', '.join(unknown)}; known: "
-                f"{', '.join(sorted(_SPEC_KEYS | _LIMIT_KEYS))}"
-            )
-        mutants = [Mutant(**m) for m in data.pop("mutants", [])]
-        spec = cls(name=name, path=path, mutants=mutants, limits=limits, **data)
-        for nb in spec.notebooks:
-            if not (path / f"{nb}.py").is_file():
-                raise CourseError(f"{toml_path}: notebook '{nb}' has no source file {nb}.py")
-        if spec.prepare is not None and not (path / spec.prepare).is_file():
-            raise CourseError(f"{toml_path}: prepare script {spec.prepare} not found in {path}")
-        return spec
-
-    def source_text(self, notebook: str) -> str:
-        return (self.path / f"{notebook}.py").read_text()
-
-    def checks_dir(self) -> Path:
-        """Where the hidden checks are: ``autograder/checks/<checks>``, or relative to
-        the assignment folder when ``checks`` starts with ``./`` or ``../``."""
-        if self.checks.startswith(("./", "../")):
-            return (self.path / self.checks).resolve()
-        return Path(__file__).resolve().parent / "checks" / self.checks
-
-
-_LIMIT_KEYS = {f.name for f in dataclasses.fields(Limits)}
-_SPEC_KEYS = {f.name for f in dataclasses.fields(AssignmentSpec)} - {"name", "path", "limits"}
-
-
-def available_assignments(assignments_dir: Path = ASSIGNMENTS_DIR) -> list[str]:
-    return sorted(p.parent.name for p in assignments_dir.glob("*/assignment.toml"))
-
-
-def notebook_from_text(text: str) -> nbformat.NotebookNode:
-    """A jupytext percent script to an nbformat v4 notebook with our kernelspec."""
-    nb = jupytext.reads(text, fmt="py:percent")
-    nb.metadata.pop("jupytext", None)
-    nb.metadata["kernelspec"] = dict(KERNELSPEC)
-    nb.metadata["language_info"] = {"name": "python"}
-    nb.nbformat, nb.nbformat_minor = 4, 5
-    for cell in nb.cells:
-        cell.metadata.pop("lines_to_next_cell", None)
-    return nb
 
 
 def _venv_on_path() -> None:
@@ -213,6 +124,11 @@ class Course:
         """nbgrader's exchange directory (fetch, submit, collect), inside the workspace."""
         return self.root / "exchange"
 
+    @property
+    def exchange_cache(self) -> Path:
+        """nbgrader's record of what students of this workspace submitted."""
+        return self.root / "exchange-cache"
+
     def path(self, kind: str, *parts: str) -> Path:
         return self.root.joinpath(kind, *parts)
 
@@ -250,6 +166,7 @@ class Course:
             course_id=COURSE_ID,
             db_url=self.db_url,
             exchange=str(self.exchange),
+            exchange_cache=str(self.exchange_cache),
             release_steps=GENERATE_ASSIGNMENT_PREPROCESSORS,
             autograde=AUTOGRADE_PREPROCESSORS,
             feedback_exporter=FEEDBACK_EXPORTER,
@@ -335,6 +252,7 @@ class Course:
         }
         config.ClearSolutions.text_stub = "YOUR ANSWER HERE"
         config.Exchange.root = str(self.exchange)
+        config.Exchange.cache = str(self.exchange_cache)
         config.GenerateAssignment.preprocessors = GENERATE_ASSIGNMENT_PREPROCESSORS
         config.GenerateFeedback.exporter_class = FEEDBACK_EXPORTER
         config.GenerateFeedback.preprocessors = GENERATE_FEEDBACK_PREPROCESSORS

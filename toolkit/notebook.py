@@ -15,6 +15,9 @@ two cases briefly:
   does not exist yet: the cell that makes it stopped because `GPT.__init__` is not
   written yet (Exercise 3).``
 
+* a cell that needs what an earlier step makes (a trained checkpoint, a list of trained
+  models) raises :class:`NotReadyError`; its message is shown as it is, in one line.
+
 The cell still fails (Run All goes on past it where the notebook allows, and the grader
 sees the same error); only the message is shorter. Every other error keeps IPython's full
 traceback.
@@ -27,6 +30,11 @@ import re
 
 #: How the course's stubs start their message (see the notebooks' exercise cells).
 _STUB = re.compile(r"^`(?P<name>[^`]+)` is not written yet(?: \((?P<exercise>.+?)\))?")
+
+
+class NotReadyError(RuntimeError):
+    """Raised by a cell that needs something an earlier step makes, which is not there yet
+    (say, the checkpoint the training section saves). The message says which step."""
 
 
 def _defined_names(source: str) -> set[str]:
@@ -72,6 +80,10 @@ class _Reporter:
             return self._say(etype, value, (
                 f"⏸ This cell needs `{stub['name']}`, which is not written yet{exercise}. "
                 "Write it, run its cell, then run this cell again."))
+        if issubclass(etype, NotReadyError):
+            for name in _defined_names(source):
+                self.missing[name] = str(value)
+            return self._say(etype, value, f"⏸ {value}")
         if issubclass(etype, NameError) and getattr(value, "name", None) in self.missing:
             reason = self.missing[value.name]
             for name in _defined_names(source):
@@ -103,5 +115,5 @@ def friendly_errors(shell=None) -> bool:
         except NameError:
             return False
     reporter = _Reporter(shell)
-    shell.set_custom_exc((NotImplementedError, NameError), reporter)
+    shell.set_custom_exc((NotImplementedError, NotReadyError, NameError), reporter)
     return True

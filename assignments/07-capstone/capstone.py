@@ -70,7 +70,7 @@ from toolkit.gqa import repeat_kv
 from toolkit.masks import causal_mask
 from toolkit.models import GPTConfig, count_parameters, parameter_matched_configs
 from toolkit.norm import LayerNorm, RMSNorm
-from toolkit.notebook import friendly_errors
+from toolkit.notebook import NotReadyError, friendly_errors
 from toolkit.position import apply_rope
 from toolkit.train import (
     TrainHistory,
@@ -1003,7 +1003,7 @@ def validation_windows(val: Tensor, n: int = 32, block: int = 128) -> tuple[Tens
 def load_capstone_checkpoint(path: str = CHECKPOINT) -> GPT:
     """Build *your* ``GPT`` from a ``save_checkpoint`` file, as the grader does (eval mode)."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} not found: run the training section, which saves it")
+        raise NotReadyError(f"{path} not found: run the training section, which saves it")
     with safe_open(path, framework="pt", device="cpu") as f:
         config = GPTConfig.from_dict(json.loads(f.metadata()["gpt_config"]))
         state = {name: f.get_tensor(name) for name in f.keys()}

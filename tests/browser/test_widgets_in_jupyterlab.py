@@ -25,6 +25,8 @@ WIDGET_CELLS = [
      "from toolkit.widgets.position import rope_spectrum_explorer\nrope_spectrum_explorer()"),
     ("mask_gallery",
      "from toolkit.widgets.efficient import mask_gallery\nmask_gallery()"),
+    ("ssm_kernel_explorer",
+     "from toolkit.widgets.beyond import ssm_kernel_explorer\nssm_kernel_explorer()"),
     ("sampling_playground",
      "import torch\nfrom toolkit.widgets.generation import sampling_playground\n"
      "sampling_playground(logits=torch.tensor([3.0, 2.5, 2.0, 1.2, 0.5, 0.0, -0.5, -1.0, "

@@ -13,6 +13,11 @@ CELLS = [
     "my_model = GPT()",
     "print(my_model)",
     "print(not_defined_by_any_cell)",
+    "from toolkit.notebook import NotReadyError\n"
+    "if True:\n"
+    "    raise NotReadyError('ckpt.safetensors not found: run the training section')\n"
+    "reloaded = 1",
+    "print(reloaded.config)",
 ]
 
 
@@ -29,7 +34,7 @@ def test_messages_in_a_kernel():
     errors = [next((o for o in c.outputs if o["output_type"] == "error"), None)
               for c in nb.cells]
     assert errors[0] is None and errors[1] is None
-    needs, missing, other = errors[2], errors[3], errors[4]
+    needs, missing, other, not_ready, after = errors[2:7]
     assert needs["ename"] == "NotImplementedError" and needs["traceback"] == [
         "⏸ This cell needs `GPT.__init__`, which is not written yet (Exercise 3: GPT). "
         "Write it, run its cell, then run this cell again."]
@@ -37,3 +42,9 @@ def test_messages_in_a_kernel():
         "⏸ `my_model` does not exist yet: the cell that makes it stopped because "
         "`GPT.__init__` is not written yet (Exercise 3: GPT)."]
     assert other["ename"] == "NameError" and len(other["traceback"]) > 1  # the usual traceback
+    # A step that is not done yet: its own message, then what it leaves undefined.
+    assert not_ready["ename"] == "NotReadyError" and not_ready["traceback"] == [
+        "⏸ ckpt.safetensors not found: run the training section"]
+    assert after["traceback"] == [
+        "⏸ `reloaded` does not exist yet: the cell that makes it stopped because "
+        "ckpt.safetensors not found: run the training section."]

@@ -8,6 +8,8 @@
   online-softmax stepper, attention memory;
 * :mod:`toolkit.widgets.blocks` (05): Post-LN vs Pre-LN layer scales and warm-up runs, a
   GLU gate explorer, an MLM masking playground, a distillation temperature slider;
+* :mod:`toolkit.widgets.beyond` (06): expert load and collapse, SSM kernel and memory,
+  RWKV decay per channel, decoding cost per token;
 * :mod:`toolkit.widgets.generation` (07): loss curves, sampling playground, two models
   side by side;
 * :mod:`toolkit.widgets.display`: how they all draw (PNG via Agg) and redraw

@@ -10,6 +10,7 @@ import torch
 from matplotlib.figure import Figure
 
 from toolkit.generate import generate
+from toolkit.notebook import NotReadyError
 from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless
 
 
@@ -73,7 +74,9 @@ def side_by_side_generation(
         an ``ipywidgets.VBox`` (or a placeholder when headless).
     """
     if not models:
-        raise ValueError("models must contain at least one model")
+        # In a notebook this means the training cell above stopped: say so in one line.
+        raise NotReadyError("side_by_side_generation: no models to compare yet (`models` is "
+                            "empty); the cell that trains them has not finished")
     if is_headless():
         return headless_placeholder("side_by_side_generation")
     import ipywidgets as w

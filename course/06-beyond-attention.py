@@ -1,0 +1,261 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lecture 06: Beyond dense attention
+#
+# *Ungraded. Read it beside Assignment 06, where you build the pieces.*
+#
+# A Transformer layer does two things: it **mixes tokens** (attention) and it
+# **transforms each token** (the feed-forward network). This lecture is about the models
+# that change one or both, and about the surprising fact that ties most of them together:
+# recurrent "state-space" layers and attention are two ways to compute the same kind of
+# masked matrix product.
+#
+# 1. Sparse experts: more parameters at the same cost per token.
+# 2. One recurrence, many models: linear attention, RetNet, S4, Mamba, RWKV.
+# 3. Mamba-2's duality: a selective SSM *is* masked attention.
+# 4. Training in parallel: the associative scan.
+# 5. What a generated token costs, and why hybrids exist.
+
+# %%
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")  # figures render to PNG; nothing needs a display
+
+import torch  # noqa: E402
+
+from toolkit.moe import MIXTRAL_8X7B, moe_parameter_counts  # noqa: E402
+from toolkit.notebook import friendly_errors  # noqa: E402
+from toolkit.ssm import associative_scan, selective_scan  # noqa: E402
+from toolkit.widgets.beyond import (  # noqa: E402
+    decoding_cost_explorer,
+    decoding_costs,
+    router_load_explorer,
+    rwkv_decay_explorer,
+    ssm_kernel_explorer,
+)
+
+friendly_errors()  # one line, not a traceback, for a name that a failed cell did not make
+
+torch.manual_seed(0)
+torch.set_default_dtype(torch.float64)  # exact comparisons below
+
+# %% [markdown]
+# ## 1. Sparse experts
+#
+# The feed-forward network holds about two thirds of a dense model's parameters, and
+# every token uses all of them. A mixture-of-experts layer keeps $E$ copies and lets a
+# router send each token to $k$ of them, so **capacity** (parameters, knowledge) and
+# **compute per token** come apart. Three design points to remember:
+#
+# * **Which gate.** Switch and GShard take a softmax over all experts and keep the top-$k$
+#   probabilities; Mixtral takes the top-$k$ logits and a softmax over those. Name the
+#   convention whenever you compare numbers.
+# * **Balance.** Without an auxiliary loss the router collapses onto a few experts;
+#   Switch's $\alpha N \sum_i f_i P_i$ is the standard cure. A loss-free alternative
+#   (arXiv 2408.15664, used in DeepSeek-V3) adds a per-expert bias to the scores only for
+#   the top-$k$ choice, nudged up or down after each step depending on the expert's load.
+# * **Granularity.** DeepSeekMoE (arXiv 2401.06066) splits experts into many small ones
+#   (more combinations to choose from) and adds **shared experts** every token passes
+#   through, so the routed ones need not all relearn common knowledge.
+#
+# The widget trains a toy router with and without the balancing loss.
+
+# %%
+router_load_explorer()
+
+# %% [markdown]
+# Only the FFNs are replicated, so the parameter count is far from "experts times the
+# dense size". For Mixtral 8x7B:
+
+# %%
+counts = moe_parameter_counts(**MIXTRAL_8X7B)
+dense = moe_parameter_counts(**{**MIXTRAL_8X7B, "n_experts": 1, "k": 1})["total"]
+print(f"total {counts['total'] / 1e9:.1f}B, active {counts['active'] / 1e9:.1f}B per token, "
+      f"one expert per layer (a dense model of the same shape) {dense / 1e9:.1f}B")
+
+# %% [markdown]
+# ## 2. One recurrence, many models
+#
+# Causal linear attention (Assignment 03) keeps a matrix state $S_t = S_{t-1} + k_t^\top v_t$
+# and reads it with the query, $o_t = q_t S_t$. Almost every "efficient" token mixer in
+# this lecture is a variation of that line:
+#
+# $$ S_t = a_t \odot S_{t-1} + b_t, \qquad o_t = \text{read}(S_t). $$
+#
+# | model | state update | what changes |
+# |---|---|---|
+# | linear attention | $S_t = S_{t-1} + k_t^\top v_t$ | no forgetting at all |
+# | RetNet (arXiv 2307.08621) | $S_t = \gamma S_{t-1} + k_t^\top v_t$ | a fixed decay $\gamma < 1$ per head |
+# | S4 / S4D | $h_t = \bar A h_{t-1} + \bar B u_t$ | a learned decay per state dimension, fixed over time |
+# | Mamba | $h_t = e^{\Delta_t A} h_{t-1} + \Delta_t B_t u_t$ | decay and input map depend on the token |
+# | RWKV-4 | $a_t = e^{-w} a_{t-1} + e^{k_t} v_t$ (and a denominator) | a learned decay per channel, normalised |
+#
+# The more the decay depends on the input, the more the model can *choose* what to keep,
+# and the harder it is to train in parallel: a fixed decay gives a convolution, an
+# input-dependent one needs a scan.
+#
+# ### RetNet's three forms
+#
+# RetNet's retention makes the point concrete. The recurrent form is the line above with
+# $o_t = q_t S_t$. Unrolled, $o_t = \sum_{s \le t} \gamma^{t-s} (q_t \cdot k_s) v_s$: a
+# **masked attention** without softmax, whose mask $D_{ts} = \gamma^{t-s}$ (zero above the
+# diagonal) both hides the future and decays the past. RetNet trains with this parallel
+# form, decodes with the recurrent one, and processes long inputs chunk by chunk (parallel
+# inside a chunk, recurrent across chunks). The two forms agree:
+
+# %%
+T, d_k, d_v, gamma = 10, 4, 3, 0.8
+q, k, v = torch.randn(T, d_k), torch.randn(T, d_k), torch.randn(T, d_v)
+
+t = torch.arange(T)
+D = (gamma ** (t[:, None] - t[None, :]).clamp_min(0)) * (t[:, None] >= t[None, :])
+parallel = ((q @ k.T) * D) @ v  # (Q K^T ∘ D) V
+
+S, recurrent = torch.zeros(d_k, d_v), []
+for i in range(T):
+    S = gamma * S + k[i, :, None] * v[i, None, :]  # S_t = γ S_{t-1} + k_t^T v_t
+    recurrent.append(q[i] @ S)  # o_t = q_t S_t
+print("max |parallel - recurrent| =", (parallel - torch.stack(recurrent)).abs().max().item())
+
+# %% [markdown]
+# ## 3. Mamba-2: a selective SSM is masked attention
+#
+# Mamba-2 (Dao and Gu, arXiv 2405.21060, "state space duality") restricts Mamba's $A$ to a
+# **scalar** per channel (the same decay for every state dimension). Then one channel's
+# scan unrolls to
+#
+# $$ y_t = \sum_{s \le t} \underbrace{C_t \cdot B_s}_{\text{"query" . "key"}}
+#          \; \underbrace{\prod_{r = s+1}^{t} a_r}_{\text{decay mask } L_{ts}}
+#          \; \Delta_s u_s, \qquad a_r = e^{\Delta_r A}, $$
+#
+# that is $y = (L \circ C B^\top)\,(\Delta \odot u)$: attention with $C$ as the queries,
+# $B$ as the keys, no softmax, and a causal mask whose entries are products of decays. The
+# mask $L$ is *1-semiseparable* (every block below the diagonal has rank 1), which is what
+# makes the linear-time recurrent form possible. The quadratic "attention" form is better
+# for GPUs' matrix units on short chunks, the recurrent form for long sequences and
+# generation; Mamba-2 uses the first inside chunks and the second across them, just like
+# RetNet.
+#
+# Check it with the toolkit's selective scan, giving every state dimension of a channel
+# the same $A$:
+
+# %%
+L_seq, d_inner, N = 8, 3, 4
+u = torch.randn(1, L_seq, d_inner)
+delta = torch.rand(1, L_seq, d_inner) + 0.1
+A_log = torch.randn(d_inner, 1).expand(d_inner, N).contiguous()  # scalar A per channel
+B, C = torch.randn(1, L_seq, N), torch.randn(1, L_seq, N)
+y_scan = selective_scan(u, delta, A_log, B, C)  # the recurrent (scan) form
+
+A = -torch.exp(A_log[:, 0])  # (d_inner,)
+log_a = delta[0] * A  # log a_t per channel: (L, d_inner)
+cum = log_a.cumsum(0)  # sum_{r <= t} log a_r
+y_attention = torch.zeros_like(u)
+causal = torch.ones(L_seq, L_seq).tril().bool()
+for c in range(d_inner):
+    decay = torch.exp(cum[:, None, c] - cum[None, :, c]).masked_fill(~causal, 0.0)  # L_ts
+    M = (C[0] @ B[0].T) * decay  # (L ∘ C B^T)
+    y_attention[0, :, c] = M @ (delta[0, :, c] * u[0, :, c])
+print("max |scan - masked attention| =", (y_scan - y_attention).abs().max().item())
+
+# %% [markdown]
+# The explorer below shows one SSM channel's kernel: how much of the input $l$ steps back
+# reaches the output, for a step $\Delta$ and decay $A$ of your choice, and how a
+# selective model can wipe its memory at one token.
+
+# %%
+ssm_kernel_explorer()
+
+# %% [markdown]
+# ## 4. Training in parallel: the associative scan
+#
+# With input-dependent decays there is no fixed kernel, so S4's FFT convolution is gone.
+# What remains is associativity. Each step is the affine map $h \mapsto a_t h + b_t$, and
+# two steps compose into one of the same form,
+#
+# $$ (a_1, b_1) \text{ then } (a_2, b_2) = (a_2 a_1,\; a_2 b_1 + b_2), $$
+#
+# so all prefixes can be computed like a prefix sum: in round $r$ every position combines
+# with the one $2^r$ steps back, and after $\lceil \log_2 L \rceil$ rounds each holds the
+# composition of everything before it. Mamba's kernel does this in the GPU's fast memory
+# and never writes the $(L, d_\text{inner}, N)$ states to main memory.
+
+# %%
+L_long = 1000
+a, b = torch.rand(L_long, 2), torch.randn(L_long, 2)
+h, loop = torch.zeros(2), []
+for i in range(L_long):
+    h = a[i] * h + b[i]
+    loop.append(h)
+scanned = associative_scan(a, b, dim=0)
+print(f"{L_long} steps in {math.ceil(math.log2(L_long))} rounds; max difference from the loop:",
+      (scanned - torch.stack(loop)).abs().max().item())
+
+# %% [markdown]
+# RWKV-4 sits between the two worlds: its decay $e^{-w}$ is learned per channel but fixed
+# over time (like S4; later RWKV versions make it input-dependent), and its output is normalised by a running denominator (like
+# attention's softmax). The widget shows how long each channel holds one marked token.
+
+# %%
+rwkv_decay_explorer()
+
+# %% [markdown]
+# ## 5. What a generated token costs, and why hybrids exist
+#
+# At generation time attention with a KV cache keeps $2\, n_\text{kv heads}\, d_\text{head}$
+# numbers per token and layer and reads all of them for every new token. A recurrent
+# layer keeps a fixed state. For a 24-layer, $d_\text{model} = 1024$ model in fp16:
+
+# %%
+costs = decoding_costs([4096, 131072], d_model=1024, n_layers=24, n_heads=16)
+for kind, c in costs.items():
+    print(f"{kind:22s} state at 4k: {c['bytes'][0] / 2**20:8.1f} MiB   at 128k: "
+          f"{c['bytes'][1] / 2**20:8.1f} MiB   MFLOPs/token at 128k: {c['flops'][1] / 1e6:7.0f}")
+
+# %%
+decoding_cost_explorer()
+
+# %% [markdown]
+# So why not replace attention everywhere? Because a fixed-size state must forget.
+# Tasks that need one exact token from far back (copy this identifier, answer from this
+# paragraph, recall the value bound to this key) are exactly where pure SSMs and linear
+# recurrences fall behind Transformers of the same size, while attention, which keeps
+# every token, handles them well.
+#
+# **Hybrids** keep most layers recurrent and a few attention layers for retrieval:
+#
+# * **Jamba** (arXiv 2403.19887) interleaves one attention layer per seven Mamba layers
+#   and uses MoE in every other layer (16 experts, top-2): 52B parameters, 12B active,
+#   and a KV cache small enough for 256K-token contexts.
+# * **Griffin / RecurrentGemma** (arXiv 2402.19427) mixes a gated linear recurrence
+#   (RG-LRU) with local (sliding-window) attention.
+# * **Samba** (arXiv 2406.07522) alternates Mamba layers with sliding-window attention.
+# * **Zamba** (arXiv 2405.16712) shares one attention block across a stack of Mamba
+#   layers.
+#
+# The pattern: the recurrent layers carry the long, compressed summary cheaply; the few
+# attention layers (global, or local with a window) provide exact lookup where it
+# matters. How many attention layers are enough, and where they go, is still an active
+# question; the cost model above tells you what each one adds to the serving bill.
+#
+# ## Further reading
+#
+# * Gu, Goel, Ré: S4, arXiv 2111.00396; Gu et al.: S4D, arXiv 2206.11893.
+# * Gu and Dao: Mamba, arXiv 2312.00752; Dao and Gu: Mamba-2, arXiv 2405.21060.
+# * Peng et al.: RWKV, arXiv 2305.13048. Sun et al.: RetNet, arXiv 2307.08621.
+# * Hua et al.: the gated attention unit (FLASH), arXiv 2202.10447.
+# * Fedus et al.: Switch, arXiv 2101.03961; Jiang et al.: Mixtral, arXiv 2401.04088;
+#   Dai et al.: DeepSeekMoE, arXiv 2401.06066; Zoph et al.: ST-MoE, arXiv 2202.08906.

@@ -1,0 +1,127 @@
+"""End to end: nbgrader's own screens in JupyterLab on `make lab`'s set-up, real grading.
+
+The server is rooted in a course workspace (where `make lab` starts it, beside the
+workspace's ``nbgrader_config.py``) with the made example assignment ``00-tiny``
+released to the workspace's exchange. In headless Chromium:
+
+1. the student opens Nbgrader > Assignment List, fetches 00-tiny, solves it and submits;
+2. the instructor runs ``autograder collect`` and ``autograder grade`` (sandbox, hidden
+   checks);
+3. formgrader opens with no error, lists the submission with its score, and its
+   Autograde button runs our grader again (the results file is rewritten) without
+   changing the score behind our back.
+"""
+
+from __future__ import annotations
+
+import getpass
+import io
+import re
+from contextlib import redirect_stdout
+
+import nbformat
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+NAME = "00-tiny"
+GRADE_TIMEOUT_MS = 300_000
+# Graded automatically; the written answer (1 point) waits for a person.
+GRADED = re.compile("needs manual grading|graded")
+
+
+@pytest.fixture(scope="module")
+def workspace(lab_server):
+    from autograder.course import Course
+    from autograder.scaffold import new_assignment
+
+    assignments = lab_server.root_dir.parent / "assignments"
+    new_assignment(NAME, assignments, title="Tiny: softmax")
+    course = Course(lab_server.root_dir, assignments)
+    course.init()
+    course.release(NAME)  # and published to the exchange
+    return course
+
+
+def _cli(*args) -> str:
+    from autograder.cli import main
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(list(args))
+    assert code == 0, out.getvalue()
+    return out.getvalue()
+
+
+def _solve(course, path) -> None:
+    from autograder.course import notebook_from_text
+    from autograder.submissions import fill_solutions
+
+    released = nbformat.read(path, as_version=4)
+    source = notebook_from_text(course.spec(NAME).source_text("tiny"))
+    nbformat.write(fill_solutions(released, source), path)
+
+
+def _open_assignment_list(page, lab_server) -> None:
+    page.goto(f"{lab_server.url}/lab?reset&token={lab_server.token}",
+              wait_until="domcontentloaded", timeout=60_000)
+    page.locator("#jp-MainMenu .lm-MenuBar-item", has_text="Nbgrader").first.click(
+        timeout=60_000)
+    page.locator(".lm-Menu-item:visible", has_text="Assignment List").first.click()
+
+
+def test_fetch_submit_collect_grade_and_formgrader(chromium, lab_server, workspace, tmp_path):
+    course, student = workspace, getpass.getuser()
+    page = chromium.new_page()
+    try:
+        # The student: fetch, solve, submit, all from the Assignments tab.
+        _open_assignment_list(page, lab_server)
+        released = page.locator("#released_assignments_list")
+        released.get_by_text(NAME).wait_for(timeout=60_000)
+        released.get_by_role("button", name="Fetch").click()
+        fetched = page.locator("#fetched_assignments_list")
+        fetched.get_by_text(NAME).first.wait_for(timeout=60_000)
+        notebook = lab_server.root_dir / NAME / "tiny.ipynb"
+        assert notebook.is_file(), "Fetch did not put the notebook beside the workspace"
+        _solve(course, notebook)
+        fetched.get_by_role("button", name="Submit").click()
+        page.locator("#submitted_assignments_list").get_by_text(" UTC").first.wait_for(
+            timeout=60_000)
+        page.screenshot(path=str(tmp_path / "assignment-list.png"))
+
+        # The instructor: collect and grade with our CLI.
+        assert student in _cli("collect", NAME, "--course", str(course.root))
+        _cli("grade", NAME, "--course", str(course.root), "--workers", "1", "--quiet")
+        result = course.results_dir(NAME) / f"{student}.json"
+        graded_at = result.stat().st_mtime_ns
+
+        # Formgrader: it opens, shows the graded submission and its score.
+        page.goto(f"{lab_server.url}/formgrader?token={lab_server.token}",
+                  wait_until="domcontentloaded", timeout=60_000)
+        page.get_by_text(NAME).first.wait_for(timeout=60_000)
+        assert "encountered an error" not in page.inner_text("body")
+        page.goto(f"{lab_server.url}/formgrader/manage_submissions/{NAME}"
+                  f"?token={lab_server.token}", wait_until="domcontentloaded", timeout=60_000)
+        row = page.locator("#main-table tr", has_text=student)
+        row.locator(".status", has_text=GRADED).wait_for(timeout=60_000)
+        score = row.locator(".score").inner_text()
+        assert score.startswith("2"), f"formgrader shows {score!r}, the grader gave 2 of 2"
+        page.screenshot(path=str(tmp_path / "formgrader-before.png"))
+
+        # Its Autograde button runs `autograder grade --force`: the results file is
+        # written again and the score stays the grader's.
+        row.locator(".autograde a").click()
+        page.wait_for_function(
+            "() => !document.querySelector('#main-table .autograde .glyphicon-refresh')"
+            " && /needs manual grading|graded/.test("
+            "document.querySelector('#main-table .status').innerText)",
+            timeout=GRADE_TIMEOUT_MS, polling=500)
+        assert result.stat().st_mtime_ns > graded_at, "formgrader's Autograde skipped our grader"
+        page.reload(wait_until="domcontentloaded")
+        row = page.locator("#main-table tr", has_text=student)
+        row.locator(".status", has_text=GRADED).wait_for(timeout=60_000)
+        assert row.locator(".score").inner_text() == score
+        page.screenshot(path=str(tmp_path / "formgrader-after.png"))
+        assert not chromium.blocked, f"browser tried to leave loopback: {chromium.blocked}"
+    finally:
+        page.close()

@@ -1,0 +1,165 @@
+"""End to end: a student opens each freshly released notebook and presses Run All.
+
+The server's root is a course workspace with every assignment of course/course.toml
+released (as `make lab` makes it). In headless Chromium the test opens each released
+notebook, untouched (every exercise still a stub), chooses Run > Run All Cells and waits
+for the kernel to finish. Then:
+
+* Run All reached the last code cell: every code cell ran (it has an execution count);
+  the stubs' cells are tagged ``raises-exception``, so their error does not stop the run.
+* Every cell that builds a widget shows a live widget view, drawn, with no "Error
+  displaying widget" and no traceback.
+* Every error is one short line saying which exercise is missing (from the named stub
+  and ``toolkit.notebook.friendly_errors``), never a Python traceback or a cascade
+  of ``NameError``.
+
+A screenshot of each notebook's last screen goes to the test's tmp dir.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+RUN_ALL_TIMEOUT_MS = 420_000
+KERNEL_IDLE_JS = """
+() => { const bar = document.querySelector('#jp-main-statusbar');
+        const text = bar ? bar.innerText : '';
+        return !text.includes('No Kernel') && /\\| Idle/.test(text); }
+"""
+# One record per code cell of the visible notebook: prompt and what its output shows.
+CELLS_JS = """
+() => Array.from(document.querySelectorAll(
+    '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-CodeCell')).map(cell => {
+  const out = cell.querySelector('.jp-OutputArea');
+  const errors = out ? Array.from(out.querySelectorAll(
+      '[data-mime-type="application/vnd.jupyter.stderr"]')) : [];
+  const imgs = out ? Array.from(out.querySelectorAll('img.widget-image')) : [];
+  return {
+    prompt: (cell.querySelector('.jp-InputPrompt') || {}).innerText || '',
+    text: out ? out.innerText : '',
+    errors: errors.map(e => e.innerText),
+    views: out ? out.querySelectorAll('.jupyter-widgets').length : 0,
+    drawn: imgs.filter(i => i.src && i.complete && i.naturalWidth > 50).length,
+  };
+})
+"""
+# Every code cell has run: a number in its prompt, none waiting ("*") or never run ("[ ]").
+ALL_RAN_JS = (
+    "() => { const s = (" + CELLS_JS + ")(); return s.length > 0 &&"
+    " s.every(c => /\\[\\d+\\]/.test(c.prompt)); }"
+)
+
+
+def _widget_builders() -> set[str]:
+    """Names of the public builders in toolkit.widgets (what a notebook calls to show one)."""
+    import importlib
+    import pkgutil
+
+    import toolkit.widgets as widgets
+
+    names = set()
+    for info in pkgutil.walk_packages(widgets.__path__, "toolkit.widgets."):
+        module = importlib.import_module(info.name)
+        names |= {n for n in getattr(module, "__all__", ()) if not n.startswith("plot_")}
+    return names
+
+
+def _widget_cells(notebook: dict, builders: set[str]) -> list[int]:
+    """Indexes (among code cells) of the cells whose last line shows a widget."""
+    found = []
+    code_cells = [c for c in notebook["cells"] if c["cell_type"] == "code"]
+    for i, cell in enumerate(code_cells):
+        try:
+            body = ast.parse("".join(cell["source"])).body
+        except SyntaxError:
+            continue
+        last = body[-1] if body else None
+        if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
+            func = last.value.func
+            if isinstance(func, ast.Name) and func.id in builders:
+                found.append(i)
+    return found
+
+
+@pytest.fixture(scope="module")
+def released(lab_server):
+    """The server's root becomes a course workspace with every assignment released;
+    returns ``[(assignment, notebook path relative to the root)]``."""
+    from autograder.course import Course
+
+    course = Course(lab_server.root_dir)
+    course.init()
+    notebooks = []
+    for entry in course.outline().assignments:
+        folder = course.release(entry.name, exchange=False)
+        notebooks += [(entry.name, path.relative_to(lab_server.root_dir).as_posix())
+                      for path in sorted(folder.glob("*.ipynb"))]
+    return notebooks
+
+
+def _says_what_is_missing(error: str) -> bool:
+    """One of friendly_errors' lines (``⏸ ...``), not a traceback."""
+    return error.lstrip().startswith("⏸") and "Traceback" not in error
+
+
+def _describe(states) -> str:
+    return "\n".join(
+        f"cell {i} {c['prompt']!r}: views={c['views']} drawn={c['drawn']} "
+        f"errors={[e[:200] for e in c['errors']]} text={c['text'][:200]!r}"
+        for i, c in enumerate(states))
+
+
+def test_run_all_reaches_the_end_of_every_fresh_notebook(chromium, lab_server, released,
+                                                         tmp_path):
+    builders = _widget_builders()
+    assert released, "no assignment released"
+    failures = []
+    for assignment, path in released:
+        notebook = json.loads((lab_server.root_dir / path).read_text())
+        widget_cells = _widget_cells(notebook, builders)
+        page = chromium.new_page()
+        try:
+            page.goto(f"{lab_server.url}/lab/tree/{path}?reset&token={lab_server.token}",
+                      wait_until="domcontentloaded", timeout=60_000)
+            page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=60_000)
+            page.wait_for_function(KERNEL_IDLE_JS, timeout=60_000, polling=250)
+            page.locator("#jp-MainMenu .lm-MenuBar-item", has_text="Run").first.click()
+            page.locator(".lm-Menu-item:visible", has_text="Run All Cells").first.click()
+            try:
+                page.wait_for_function(ALL_RAN_JS, timeout=RUN_ALL_TIMEOUT_MS, polling=500)
+                page.wait_for_function(KERNEL_IDLE_JS, timeout=60_000, polling=250)
+            except Exception:
+                page.screenshot(path=str(tmp_path / f"{assignment}-timeout.png"))
+                states = page.evaluate(CELLS_JS)
+                failures.append(f"{path}: Run All did not reach the end:\n{_describe(states)}")
+                continue
+            states = page.evaluate(CELLS_JS)
+            page.screenshot(path=str(tmp_path / f"{assignment}.png"))
+            report = f"{path}:\n{_describe(states)}"
+            for i in widget_cells:
+                cell = states[i]
+                if cell["errors"] and _says_what_is_missing("\n".join(cell["errors"])):
+                    continue  # the widget shows a model the student has not built yet
+                if not cell["views"] or "Error displaying widget" in cell["text"]:
+                    failures.append(f"{path}: widget cell {i} did not render\n{report}")
+                elif not (cell["drawn"] or "not written yet" in cell["text"]):
+                    failures.append(f"{path}: widget cell {i} neither drew nor said what "
+                                    f"it needs\n{report}")
+            errored = [i for i, c in enumerate(states) if c["errors"]]
+            for i in errored:
+                text = "\n".join(states[i]["errors"])
+                if not _says_what_is_missing(text):
+                    failures.append(f"{path}: cell {i} failed without saying which exercise "
+                                    f"is missing:\n{text[:800]}")
+            print(f"{path}: {len(states)} code cells ran, {len(widget_cells)} widgets, "
+                  f"{len(errored)} cells wait for an exercise")
+        finally:
+            page.close()
+    (tmp_path / "failures.txt").write_text("\n\n".join(failures))
+    assert not failures, "\n\n".join(failures)
+    assert not chromium.blocked, f"browser tried to leave loopback: {chromium.blocked}"

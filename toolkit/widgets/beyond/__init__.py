@@ -1,0 +1,63 @@
+"""Widgets for Assignment 06: experts, state-space models, RWKV, and what decoding costs.
+
+What each one is for
+--------------------
+* :func:`router_load_explorer`: a toy router trained with and without the
+  load-balancing loss; the load per expert shows expert collapse, the capacity line
+  and the dropped assignments at a capacity factor you choose. Runs a student's own
+  ``top_k_gating`` and ``load_balancing_loss`` when given them.
+* :func:`ssm_kernel_explorer`: the impulse response (convolution kernel) of a
+  discretised SSM as ``delta`` and ``|A|`` move: how far back the model remembers, and
+  how Mamba's input-dependent step can wipe the memory at a chosen token. Draws with a
+  student's own ``discretize_zoh`` when given it.
+* :func:`rwkv_decay_explorer`: RWKV's per-channel decay and one marked token's share of
+  the WKV average over time. Runs a student's own ``wkv_recurrent`` when given it.
+* :func:`decoding_cost_explorer`: memory and arithmetic per generated token of attention
+  with a KV cache, Mamba and RWKV as the context grows.
+
+Every builder has a matching pure ``plot_*`` function that returns a
+``matplotlib.figure.Figure``, so tests render it with the Agg backend; builders redraw
+through :func:`toolkit.widgets.display.live_figure`. With ``TOOLKIT_HEADLESS=1`` (set by
+the autograder) builders return a small placeholder and draw nothing.
+
+Modules: :mod:`~toolkit.widgets.beyond.moe`, :mod:`~toolkit.widgets.beyond.ssm`,
+:mod:`~toolkit.widgets.beyond.rwkv`, :mod:`~toolkit.widgets.beyond.decoding_cost`.
+"""
+
+from toolkit.widgets.beyond.decoding_cost import (
+    decoding_cost_explorer,
+    decoding_costs,
+    plot_decoding_costs,
+)
+from toolkit.widgets.beyond.moe import plot_router_load, router_load_explorer, simulate_router
+from toolkit.widgets.beyond.rwkv import (
+    channel_decays,
+    plot_rwkv_decay,
+    rwkv_decay_explorer,
+    wkv_trace,
+)
+from toolkit.widgets.beyond.ssm import (
+    memory_horizon,
+    plot_ssm_kernel,
+    selective_forgetting,
+    ssm_impulse_response,
+    ssm_kernel_explorer,
+)
+
+__all__ = [
+    "channel_decays",
+    "decoding_cost_explorer",
+    "decoding_costs",
+    "memory_horizon",
+    "plot_decoding_costs",
+    "plot_router_load",
+    "plot_rwkv_decay",
+    "plot_ssm_kernel",
+    "router_load_explorer",
+    "rwkv_decay_explorer",
+    "selective_forgetting",
+    "simulate_router",
+    "ssm_impulse_response",
+    "ssm_kernel_explorer",
+    "wkv_trace",
+]
