@@ -83,7 +83,7 @@ from toolkit.attention import MultiHeadAttention
 from toolkit.bert import BertConfig
 from toolkit.ffn import ACTIVATIONS, FeedForward
 from toolkit.mlm import IGNORE_INDEX, pair_inputs
-from toolkit.notebook import friendly_errors
+from toolkit.notebook import NotReadyError, friendly_errors
 from toolkit.pretrain import (
     evaluation_batch,
     load_bert,
@@ -1299,9 +1299,9 @@ save_bert(model, CHECKPOINT)
 print(f"saved {CHECKPOINT}: hand it in next to this notebook")
 
 # %% nbgrader={"grade": true, "grade_id": "test_checkpoint", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-assert Path(CHECKPOINT).is_file(), (
-    f"there is no {CHECKPOINT} next to this notebook yet: run the training cells above (the "
-    "second one saves it), then this cell")
+if not Path(CHECKPOINT).is_file():
+    raise NotReadyError(f"there is no {CHECKPOINT} next to this notebook yet: run the training "
+                        "cells above (the second one saves it), then this cell")
 reloaded = load_bert(CHECKPOINT, model_class=TinyBert)
 assert reloaded.config.vocab_size == vocab.vocab_size, "train on the course vocabulary"
 assert sum(p.numel() for p in reloaded.parameters()) <= 4_000_000, "at most 4M parameters"
