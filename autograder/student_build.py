@@ -8,7 +8,7 @@ its notebooks' solution cells) keeps its signature and docstring but raises
 ``NotImplementedError`` saying which exercise it is. Everything else (widgets, masks,
 data, the pieces a notebook gives students) works as before, and widgets that need a
 stubbed function say so, or take the student's own (``attention_explorer(
-attention_fn=my_attention)``).
+fns={"attention_weights": attention_weights})``).
 
 When an assignment's deadline has passed, build again with ``--unlock NAME``: its
 reference solutions are back in the next wheel. Self-learners keep the full toolkit of
@@ -42,9 +42,13 @@ def graded_names(spec: AssignmentSpec) -> set[str]:
 
 
 def stub_message(name: str, spec: AssignmentSpec) -> str:
-    return (f"{name} is an exercise of assignment {spec.name} ({spec.title}), so the student "
-            "toolkit leaves it out until that assignment's solutions are unlocked. Use your "
-            "own from the notebook (widgets take it as an argument).")
+    """What a stubbed exercise raises. It starts the way a released notebook's stubs do
+    ("`X` is not written yet (...)"), so ``toolkit.notebook.unwritten_exercise`` reads
+    both: ``friendly_errors`` and the widgets then name the missing exercise."""
+    return (f"`{name}` is not written yet (assignment {spec.name}): it is an exercise of "
+            f"{spec.title}, so the student toolkit leaves it out until that assignment's "
+            f"solutions are unlocked. Use your own from the notebook; widgets take it as "
+            f"fns={{{name!r}: {name}}}.")
 
 
 def _body_span(node) -> tuple[int, int]:

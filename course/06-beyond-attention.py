@@ -71,7 +71,11 @@ torch.set_default_dtype(torch.float64)  # exact comparisons below
 #   (more combinations to choose from) and adds **shared experts** every token passes
 #   through, so the routed ones need not all relearn common knowledge.
 #
-# The widget trains a toy router with and without the balancing loss.
+# The widget trains a toy router with and without the balancing loss. It routes with the
+# toolkit's `top_k_gating` and `load_balancing_loss`; in Assignment 06, once you have
+# written yours, the same widget runs them:
+# `router_load_explorer(fns={"top_k_gating": top_k_gating, "load_balancing_loss":
+# load_balancing_loss})`.
 
 # %%
 router_load_explorer()
@@ -174,7 +178,8 @@ print("max |scan - masked attention| =", (y_scan - y_attention).abs().max().item
 # %% [markdown]
 # The explorer below shows one SSM channel's kernel: how much of the input $l$ steps back
 # reaches the output, for a step $\Delta$ and decay $A$ of your choice, and how a
-# selective model can wipe its memory at one token.
+# selective model can wipe its memory at one token. In the assignment it discretises with
+# your own zero-order hold: `ssm_kernel_explorer(fns={"discretize_zoh": discretize_zoh})`.
 
 # %%
 ssm_kernel_explorer()
@@ -207,7 +212,9 @@ print(f"{L_long} steps in {math.ceil(math.log2(L_long))} rounds; max difference 
 # %% [markdown]
 # RWKV-4 sits between the two worlds: its decay $e^{-w}$ is learned per channel but fixed
 # over time (like S4; later RWKV versions make it input-dependent), and its output is normalised by a running denominator (like
-# attention's softmax). The widget shows how long each channel holds one marked token.
+# attention's softmax). The widget shows how long each channel holds one marked token; in
+# the assignment it runs your recurrence, `rwkv_decay_explorer(fns={"wkv_recurrent":
+# wkv_recurrent})`.
 
 # %%
 rwkv_decay_explorer()

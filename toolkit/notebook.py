@@ -21,15 +21,57 @@ two cases briefly:
 The cell still fails (Run All goes on past it where the notebook allows, and the grader
 sees the same error); only the message is shorter. Every other error keeps IPython's full
 traceback.
+
+Two kinds of stub say "not written yet", and :func:`unwritten_exercise` reads both (the
+widgets use it too): a notebook's ``"`attention_weights` is not written yet (Exercise 1a:
+attention weights): write it in its cell..."`` and the student toolkit's ``"`causal_mask` is
+not written yet (assignment 01-attention): ..."``, a function the toolkit students install
+leaves out until that assignment's solutions are unlocked.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from typing import NamedTuple
 
-#: How the course's stubs start their message (see the notebooks' exercise cells).
-_STUB = re.compile(r"^`(?P<name>[^`]+)` is not written yet(?: \((?P<exercise>.+?)\))?")
+#: How the course's stubs start their message. The exercise in brackets may hold one level
+#: of brackets of its own ("Exercise 3: `GPT` (tying, `forward`)").
+_STUB = re.compile(
+    r"^`(?P<name>[^`]+)` is not written yet(?: \((?P<exercise>(?:[^()]|\([^()]*\))+)\))?")
+#: What the student toolkit's stubs put in the brackets: "assignment 01-attention".
+_TOOLKIT_STUB = "assignment "
+
+
+class Unwritten(NamedTuple):
+    """What a stub's ``NotImplementedError`` says is missing."""
+
+    name: str  #: ``"attention_weights"``, or ``"GPT.__init__"`` for a method
+    exercise: str  #: ``"Exercise 1a: attention weights"``, ``"assignment 01-attention"`` or ``""``
+
+    @property
+    def in_student_toolkit(self) -> bool:
+        """A function of the installed toolkit left out until its assignment is unlocked."""
+        return self.exercise.startswith(_TOOLKIT_STUB)
+
+    @property
+    def where(self) -> str:
+        """``" (Exercise 1a: attention weights)"``, or ``""`` when the stub names none."""
+        return f" ({self.exercise})" if self.exercise else ""
+
+    @property
+    def reason(self) -> str:
+        """``"`name` is not written yet (exercise)"``."""
+        return f"`{self.name}` is not written yet{self.where}"
+
+
+def unwritten_exercise(error: BaseException) -> Unwritten | None:
+    """The function and exercise a stub's ``NotImplementedError`` names; ``None`` for any
+    other error (a bare ``NotImplementedError()`` included)."""
+    if not isinstance(error, NotImplementedError):
+        return None
+    stub = _STUB.match(str(error))
+    return Unwritten(stub["name"], stub["exercise"] or "") if stub else None
 
 
 class NotReadyError(RuntimeError):
@@ -72,14 +114,15 @@ class _Reporter:
     def __call__(self, shell, etype, value, tb, tb_offset=None):
         history = shell.user_ns.get("_ih") or [""]
         source = history[-1]  # the cell that is running
-        if issubclass(etype, NotImplementedError) and (stub := _STUB.match(str(value))):
-            exercise = f" ({stub['exercise']})" if stub["exercise"] else ""
-            reason = f"`{stub['name']}` is not written yet{exercise}"
+        if stub := unwritten_exercise(value):
             for name in _defined_names(source):
-                self.missing[name] = reason
+                self.missing[name] = stub.reason
+            advice = ("The toolkit you installed leaves it out until that assignment's "
+                      "solutions are unlocked: use your own." if stub.in_student_toolkit
+                      else "Write it, run its cell, then run this cell again.")
             return self._say(etype, value, (
-                f"⏸ This cell needs `{stub['name']}`, which is not written yet{exercise}. "
-                "Write it, run its cell, then run this cell again."))
+                f"⏸ This cell needs `{stub.name}`, which is not written yet{stub.where}. "
+                f"{advice}"))
         if issubclass(etype, NotReadyError):
             for name in _defined_names(source):
                 self.missing[name] = str(value)

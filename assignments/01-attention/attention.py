@@ -295,14 +295,15 @@ print("✓ attention_weights and scaled_dot_product_attention pass the visible c
 # ### See it
 #
 # The explorer below draws the weight matrix of a six-token example (rows = queries,
-# columns = keys; it uses the course's reference implementation). Try the masks: blocked
-# cells drop to exactly 0 while every row still sums to 1. The temperature divides the
+# columns = keys) with your `attention_weights`; the masks are the course's until you
+# write yours in part 2. Try the masks: blocked cells drop to exactly 0 while every row
+# still sums to 1. The temperature divides the
 # scores once more: small values sharpen each row towards a single key, large values
 # flatten it towards uniform. Leaving out $1/\sqrt{d_k}$ acts like a temperature of
 # $1/\sqrt{d_k}$, far too sharp.
 
 # %% tags=["skip-grading"]
-attention_explorer()
+attention_explorer(fns={"attention_weights": attention_weights})
 
 # %% [markdown]
 # ## 2. Masks: who may see whom
@@ -470,8 +471,9 @@ for b in range(2):
 # some order without any position encoding.
 #
 # The cell below checks the equation numerically with your attention (after you have
-# solved part 1), and the widget shows it with the toolkit's multi-head attention, with
-# and without sinusoidal positions added to the input.
+# solved part 1), and the widget shows it with your attention inside a two-head
+# self-attention (fixed random projections), with and without sinusoidal positions added
+# to the input.
 
 # %% tags=["skip-grading"]
 x = torch.randn(6, 8, dtype=torch.float64)  # 6 tokens, 8 features: use them as q, k and v
@@ -481,7 +483,7 @@ f_of_px = scaled_dot_product_attention(x[perm], x[perm], x[perm])  # f(PX)
 print("max |f(PX) - P f(X)| =", (f_of_px - f_of_x[perm]).abs().max().item())
 
 # %% tags=["skip-grading"]
-permutation_demo()
+permutation_demo(fns={"scaled_dot_product_attention": scaled_dot_product_attention})
 
 # %% [markdown]
 # ## 4. Multi-head attention
@@ -676,11 +678,12 @@ print(f"{n_heads_demo} heads:  {n_heads_demo * per_head / 1e9:.2f} GB (one layer
 #   cross-attention is *not* causal: the source is fully known before decoding starts.
 #   Only source padding is hidden from it.
 #
-# The widget draws the three patterns side by side: encoder-only models use the left
-# one, decoder-only models the middle one, encoder-decoder models all three.
+# The widget draws the three patterns side by side, made with your `causal_mask` and
+# `padding_mask`: encoder-only models use the left one, decoder-only models the middle one,
+# encoder-decoder models all three.
 
 # %% tags=["skip-grading"]
-families_explorer()
+families_explorer(fns={"causal_mask": causal_mask, "padding_mask": padding_mask})
 
 # %% [markdown]
 # ### The decoder block of an encoder-decoder

@@ -537,15 +537,18 @@ assert torch.allclose(tail, full[:, :, 6:], atol=1e-6), (
 print("✓ RoPE (half layout) passes the visible checks")
 
 # %% [markdown]
-# Watch one pair turn. The slider moves the position; fast pairs (small $i$) spin around
-# the circle, slow pairs barely move. The second widget shows what a score looks like as
-# a function of the distance between query and key, for each scheme in this assignment.
+# Watch one pair turn, rotated by your `apply_rope`. The slider moves the position; fast
+# pairs (small $i$) spin around the circle, slow pairs barely move. The second widget shows
+# what a score looks like as a function of the distance between query and key, for each
+# scheme in this assignment (your sinusoidal table and RoPE; ALiBi and T5 are the course's
+# until section 4).
 
 # %% tags=["skip-grading"]
-rope_rotation_explorer()
+rope_rotation_explorer(fns={"apply_rope": apply_rope, "rope_inv_freq": rope_inv_freq})
 
 # %% tags=["skip-grading"]
-score_vs_distance_explorer()
+score_vs_distance_explorer(
+    fns={"sinusoidal_encoding": sinusoidal_encoding, "apply_rope": apply_rope})
 
 # %% [markdown]
 # ### Exercise 2b: the interleaved layout
@@ -931,17 +934,24 @@ assert torch.allclose(paper.double(), (1 - g) * theta / 4 + g * theta, rtol=1e-6
 print("✓ YaRN passes the visible checks")
 
 # %% [markdown]
-# The first widget draws every band's wavelength and its rescaling under PI, NTK and
-# YaRN. The second runs a "long-range" head trained on a short context at $s$ times that
+# Both widgets use your functions. The first draws every band's wavelength and its
+# rescaling under PI, NTK and YaRN. The second runs a "long-range" head trained on a short context at $s$ times that
 # length: plain RoPE drifts out of the range of scores it produced in training, and the
 # right panel shows, band by band, how many of the angles met at test time were never
 # seen during training.
 
 # %% tags=["skip-grading"]
-rope_spectrum_explorer()
+my_spectra = {
+    "rope_inv_freq": rope_inv_freq,
+    "rope_inv_freq_linear": rope_inv_freq_linear,
+    "rope_inv_freq_ntk": rope_inv_freq_ntk,
+    "yarn_inv_freq_and_temperature": yarn_inv_freq_and_temperature,
+}
+rope_spectrum_explorer(fns=my_spectra)
 
 # %% tags=["skip-grading"]
-train_short_test_long_explorer()
+train_short_test_long_explorer(
+    fns={**my_spectra, "yarn_band_ratios": yarn_band_ratios, "apply_rope": apply_rope})
 
 # %% [markdown]
 # **LongRoPE** (arXiv 2402.13753, Phi-3) generalises all of this to one rescale factor
@@ -1101,7 +1111,7 @@ assert torch.allclose(torch.softmax(scores + bias, dim=-1), same, atol=1e-6), (
 print("✓ alibi_bias passes the visible checks")
 
 # %% tags=["skip-grading"]
-alibi_explorer()
+alibi_explorer(fns={"alibi_bias": alibi_bias, "alibi_slopes": alibi_slopes})
 
 # %% [markdown]
 # ## 5. Two more, for reading

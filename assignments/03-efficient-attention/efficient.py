@@ -194,14 +194,15 @@ assert torch.equal(dilated_mask(9, 3, 1, causal=False), band_mask(9, 2)), (
 print("✓ sliding_window_mask, band_mask and dilated_mask pass the visible checks")
 
 # %% [markdown]
-# The gallery below draws the toolkit's version of these patterns (and two more:
-# Longformer/BigBird **global tokens**, which attend to everything and are attended by
-# everything, and BigBird's **random blocks**, arXiv 2007.14062), each titled with its
-# exact cell count. Move the window and dilation sliders: the counts grow like
+# The gallery below draws your three patterns beside three from the toolkit (the dense
+# causal mask, Longformer/BigBird **global tokens**, which attend to everything and are
+# attended by everything, and BigBird's **random blocks**, arXiv 2007.14062), each titled
+# with its exact cell count. Move the window and dilation sliders: the counts grow like
 # $n \times w$, not $n^2$.
 
 # %% tags=["skip-grading"]
-mask_gallery()
+mask_gallery(fns={"sliding_window_mask": sliding_window_mask, "band_mask": band_mask,
+                  "dilated_mask": dilated_mask})
 
 # %% [markdown]
 # Stacking layers widens what a token can hear. Multiplying the boolean mask by itself
@@ -423,10 +424,10 @@ print("✓ kv_cache_bytes passes the visible checks")
 # %% [markdown]
 # The calculator compares the cache of real models under multi-head, grouped-query,
 # multi-query and latent attention (part 5) for a context length, batch and dtype of
-# your choice.
+# your choice, counted with your `kv_cache_bytes`.
 
 # %% tags=["skip-grading"]
-kv_cache_calculator()
+kv_cache_calculator(fns={"kv_cache_bytes": kv_cache_bytes})
 
 # %% [markdown]
 # ## 4. Multi-query and grouped-query attention

@@ -297,7 +297,8 @@ print("✓ load_balancing_loss passes the visible checks")
 # dropped. The widget runs *your* `top_k_gating` and `load_balancing_loss`.
 
 # %% tags=["skip-grading"]
-router_load_explorer(gating_fn=top_k_gating, balance_loss_fn=load_balancing_loss)
+router_load_explorer(
+    fns={"top_k_gating": top_k_gating, "load_balancing_loss": load_balancing_loss})
 
 # %% [markdown]
 # ## 2. The sparse MoE layer: capacity, dispatch, combine
@@ -644,7 +645,7 @@ print("✓ discretize_zoh passes the visible checks")
 # exercise). The widget uses *your* `discretize_zoh`.
 
 # %% tags=["skip-grading"]
-ssm_kernel_explorer(discretize_fn=discretize_zoh)
+ssm_kernel_explorer(fns={"discretize_zoh": discretize_zoh})
 
 # %% [markdown]
 # ### Mamba's selective scan
@@ -896,7 +897,7 @@ print("✓ wkv_recurrent passes the visible checks")
 # *your* `wkv_recurrent`.
 
 # %% tags=["skip-grading"]
-rwkv_decay_explorer(wkv_fn=wkv_recurrent)
+rwkv_decay_explorer(fns={"wkv_recurrent": wkv_recurrent})
 
 # %% [markdown]
 # The rest of an RWKV layer (`toolkit.rwkv.RwkvTimeMixing`, `RwkvChannelMixing`, equal to
@@ -1025,7 +1026,9 @@ print("✓ GatedAttentionUnit passes the visible checks")
 #
 # Attention with a KV cache reads every cached key and value for every new token; Mamba
 # and RWKV read a fixed-size state. The explorer counts both for the token-mixing layers
-# of a model of your choice (`benchmarks/decoding.py` measures them).
+# of a model of your choice (`benchmarks/decoding.py` measures them). It sizes the KV
+# cache with `kv_cache_bytes` from Assignment 03; to draw with yours, copy it here and
+# pass `fns={"kv_cache_bytes": kv_cache_bytes}`.
 
 # %% tags=["skip-grading"]
 decoding_cost_explorer()

@@ -762,11 +762,13 @@ assert set(draws.tolist()) <= {0, 1, 2}, "sampled a token the filters removed"
 print("samplers: visible checks passed")
 
 # %% [markdown]
-# Try it: how temperature, top-k and top-p reshape one distribution (the same logits as
-# above, plus a long tail). Push `top-p` towards 0: the top token always survives.
+# Try it: how your temperature, top-k and top-p reshape one distribution (the same logits
+# as above, plus a long tail). Push `top-p` towards 0: the top token always survives.
 
 # %% tags=["skip-grading"]
-sampling_playground(logits=torch.cat([z[0], torch.linspace(-2, -6, 20)]))
+sampling_playground(logits=torch.cat([z[0], torch.linspace(-2, -6, 20)]), fns={
+    "apply_temperature": apply_temperature, "top_k_filter": top_k_filter,
+    "top_p_filter": top_p_filter})
 
 # %% [markdown]
 # ## 5. Decoding with the KV cache
@@ -1110,7 +1112,9 @@ assert val_loss >= IMPLAUSIBLE_LOSS, "a loss this low means the model sees the f
 # what low temperature does (repetition) and what high temperature does (noise).
 
 # %% tags=["skip-grading"]
-sampling_playground(my_model.cpu(), tokenizer, prompt="def ")
+sampling_playground(my_model.cpu(), tokenizer, prompt="def ", fns={
+    "apply_temperature": apply_temperature, "top_k_filter": top_k_filter,
+    "top_p_filter": top_p_filter})
 
 # %% tags=["skip-grading"]
 prompt_ids = torch.tensor([tokenizer.encode("def ")])
@@ -1148,7 +1152,8 @@ for label, cfg in (("classic", classic_cfg), ("modern", modern_cfg)):
 plot_loss_curves(histories, uniform_loss=math.log(256), title="classic vs modern")
 
 # %% tags=["skip-grading"]
-side_by_side_generation(runs, tokenizer, prompt="def ", max_new_tokens=120)
+side_by_side_generation(runs, tokenizer, prompt="def ", max_new_tokens=120,
+                        fns={"generate": generate})
 
 # %% [markdown]
 # ## What to hand in

@@ -1,11 +1,17 @@
 """toolkit.notebook.friendly_errors in a real kernel: one line for an unwritten exercise
 and for what it leaves undefined; every other error keeps its full traceback."""
 
+from types import SimpleNamespace
+
 import nbformat
 from nbclient import NotebookClient
 
-from toolkit.notebook import _defined_names
+from autograder.release_steps import stub_message as notebook_stub
+from autograder.student_build import stub_message as toolkit_stub
+from toolkit.notebook import _defined_names, unwritten_exercise
 
+#: What the student toolkit's `causal_mask` raises while 01-attention is locked.
+LEFT_OUT = toolkit_stub("causal_mask", SimpleNamespace(name="01-attention", title="Attention"))
 CELLS = [
     "from toolkit.notebook import friendly_errors\nfriendly_errors()",
     "def GPT():\n    raise NotImplementedError("
@@ -18,6 +24,7 @@ CELLS = [
     "    raise NotReadyError('ckpt.safetensors not found: run the training section')\n"
     "reloaded = 1",
     "print(reloaded.config)",
+    f"def causal_mask(n):\n    raise NotImplementedError({LEFT_OUT!r})\nmask = causal_mask(3)",
 ]
 
 
@@ -27,6 +34,16 @@ def test_defined_names():
     assert _defined_names("def (") == set()
 
 
+def test_both_stub_formats_are_read():
+    heading = "Exercise 3: `GPT` (tying, `unembed`, `forward`)"
+    assert unwritten_exercise(NotImplementedError(notebook_stub("GPT.__init__", heading))) == (
+        "GPT.__init__", heading)
+    stub = unwritten_exercise(NotImplementedError(LEFT_OUT))
+    assert stub == ("causal_mask", "assignment 01-attention") and stub.in_student_toolkit
+    assert unwritten_exercise(NotImplementedError()) is None
+    assert unwritten_exercise(ValueError(LEFT_OUT)) is None
+
+
 def test_messages_in_a_kernel():
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell(c, metadata={"tags": ["raises-exception"]}) for c in CELLS])
@@ -34,7 +51,7 @@ def test_messages_in_a_kernel():
     errors = [next((o for o in c.outputs if o["output_type"] == "error"), None)
               for c in nb.cells]
     assert errors[0] is None and errors[1] is None
-    needs, missing, other, not_ready, after = errors[2:7]
+    needs, missing, other, not_ready, after, left_out = errors[2:8]
     assert needs["ename"] == "NotImplementedError" and needs["traceback"] == [
         "⏸ This cell needs `GPT.__init__`, which is not written yet (Exercise 3: GPT). "
         "Write it, run its cell, then run this cell again."]
@@ -48,3 +65,7 @@ def test_messages_in_a_kernel():
     assert after["traceback"] == [
         "⏸ `reloaded` does not exist yet: the cell that makes it stopped because "
         "ckpt.safetensors not found: run the training section."]
+    assert left_out["traceback"] == [
+        "⏸ This cell needs `causal_mask`, which is not written yet (assignment 01-attention). "
+        "The toolkit you installed leaves it out until that assignment's solutions are "
+        "unlocked: use your own."]

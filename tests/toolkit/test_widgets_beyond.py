@@ -1,6 +1,6 @@
 """Headless tests for the Assignment 06 widgets (MoE routing, SSM kernel, RWKV decay,
 decoding cost): every plot renders, every builder builds and redraws, student functions
-can be passed in, and the numbers behind the pictures are right."""
+can be passed in (``fns``), and the numbers behind the pictures are right."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from toolkit.moe import load_balancing_loss, top_k_gating  # noqa: E402
+from toolkit.gqa import kv_cache_bytes  # noqa: E402
+from toolkit.moe import apply_capacity, load_balancing_loss, top_k_gating  # noqa: E402
 from toolkit.rwkv import wkv_parallel  # noqa: E402
 from toolkit.ssm import discretize_simplified  # noqa: E402
 from toolkit.widgets.beyond import decoding_cost as DC  # noqa: E402
@@ -71,8 +72,19 @@ def test_router_simulation_uses_the_given_functions():
         calls.append("balance")
         return load_balancing_loss(logits, k)
 
-    M.simulate_router(steps=2, gating_fn=gating, balance_loss_fn=balance)
+    M.simulate_router(steps=2, fns={"top_k_gating": gating, "load_balancing_loss": balance})
     assert calls == ["gating", "balance"] * 2
+
+
+def test_dropped_assignments_are_the_overflow_of_each_expert():
+    """The red part of a bar: what apply_capacity drops, counted per expert."""
+    run = M.simulate_router(n_experts=4, k=2, steps=20)
+    n_tokens, k = run["indices"].shape
+    capacity = 100  # the load is uneven without the balancing loss: some experts overflow
+    kept, n_dropped = apply_capacity(run["indices"], 4, capacity)
+    dropped = torch.bincount(run["indices"][~kept], minlength=4)
+    assert n_dropped > 0
+    assert torch.equal(dropped, (run["load"][-1] - capacity).clamp(min=0))
 
 
 def test_memory_horizon_and_impulse_response():
@@ -86,7 +98,7 @@ def test_memory_horizon_and_impulse_response():
     traces = S.selective_forgetting(0.05, a=0.5, reset_at=20)
     assert traces["selective"][25] < 0.1 * traces["lti"][25]  # the large step wiped the pulse
     render(S.plot_ssm_kernel(0.2, 0.3))
-    render(S.plot_ssm_kernel(0.2, 0.3, discretize_fn=discretize_simplified))
+    render(S.plot_ssm_kernel(0.2, 0.3, fns={"discretize_zoh": discretize_simplified}))
 
 
 def test_wkv_trace_is_the_marked_tokens_share():
@@ -95,7 +107,8 @@ def test_wkv_trace_is_the_marked_tokens_share():
     assert torch.equal(trace[:3], torch.zeros(3, 4))
     slow, fast = trace[-1, 0], trace[-1, -1]
     assert slow > fast  # the slow channel remembers the marked token longer
-    torch.testing.assert_close(trace, R.wkv_trace(w_, 0.5, 3, 1.0, 12, wkv_fn=wkv_parallel))
+    torch.testing.assert_close(
+        trace, R.wkv_trace(w_, 0.5, 3, 1.0, 12, fns={"wkv_recurrent": wkv_parallel}))
     render(R.plot_rwkv_decay())
 
 
@@ -106,6 +119,11 @@ def test_decoding_costs():
     assert attention == [2 * 2 * 2 * 64 * 1024 * 2, 2 * 2 * 2 * 64 * 4096 * 2]
     assert costs["Mamba"]["bytes"][0] == costs["Mamba"]["bytes"][1] == 2 * 1024 * 20 * 2
     assert costs["RWKV"]["flops"][0] == costs["RWKV"]["flops"][1]
+    assert attention == [kv_cache_bytes(2, 2, 64, T, 1, 2) for T in (1024, 4096)]
+    doubled = lambda *shape: 2 * kv_cache_bytes(*shape)  # noqa: E731
+    by_student = DC.decoding_costs([1024], d_model=512, n_layers=2, n_heads=8, n_kv_heads=2,
+                                   fns={"kv_cache_bytes": doubled})
+    assert by_student["attention + KV cache"]["bytes"] == [2 * attention[0]]
     measured = {"Mamba": {1024: (1e-3, 100), 4096: (1e-3, 100)}}
     render(DC.plot_decoding_costs([1024, 4096], measured=measured))
 
@@ -121,9 +139,12 @@ def test_builders_redraw(interactive, builder):
     assert _image(widget) != first
 
 
-def test_builders_take_student_functions(interactive):
-    assert _image(S.ssm_kernel_explorer(discretize_fn=discretize_simplified))
-    assert _image(R.rwkv_decay_explorer(wkv_fn=wkv_parallel))
+def test_builders_draw_with_the_student_functions(interactive):
+    """A different function under the toolkit's name changes the figure."""
+    zoh = _image(S.ssm_kernel_explorer())
+    assert _image(S.ssm_kernel_explorer(fns={"discretize_zoh": discretize_simplified})) != zoh
+    torch_wkv = _image(R.rwkv_decay_explorer(fns={"wkv_recurrent": wkv_parallel}))
+    assert torch_wkv.startswith(b"\x89PNG")
 
 
 @pytest.mark.parametrize("builder", BUILDERS)

@@ -25,7 +25,7 @@ def test_redraws_with_the_current_values_and_lays_out_rows():
     play = w.Play()
     box = live_figure(controls, draw, lambda n, label: f"<b>{label}{n}</b>",
                       rows=[[play, controls["n"]], [controls["label"]]])
-    rows, image, note = box.children[:2], box.children[2], box.children[3]
+    rows, image, note = box.children[:2], box.children[2], box.children[4]
     assert [list(r.children) for r in rows] == [[play, controls["n"]], [controls["label"]]]
     first = bytes(image.value)
     assert first.startswith(b"\x89PNG") and calls == [(1, "a")] and note.value == "<b>a1</b>"
@@ -37,4 +37,5 @@ def test_redraws_with_the_current_values_and_lays_out_rows():
 
 def test_without_a_note_there_is_no_note_widget():
     box = live_figure({"n": w.IntSlider()}, lambda n: Figure(figsize=(1, 1)))
-    assert [type(c) for c in box.children] == [w.HBox, w.Image]
+    assert [type(c) for c in box.children] == [w.HBox, w.Image, w.HTML]
+    assert box.children[2].layout.display == "none"  # says what is missing, when something is

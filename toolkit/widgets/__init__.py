@@ -20,6 +20,37 @@ Each package offers pure plotting functions that return a ``matplotlib.figure.Fi
 return an ``ipywidgets`` widget wiring those plots to sliders and selectors. Nothing
 here needs a network connection.
 
+Every builder takes the student's own functions as ``fns={toolkit name: function}``
+(``attention_explorer(fns={"attention_weights": attention_weights})``) and draws with them
+in place of the toolkit's. A function that is not written yet never breaks a widget: it
+shows which one it needs and where to write it, keeps its controls, and draws once the
+function is written.
+
 When the environment variable ``TOOLKIT_HEADLESS=1`` is set (the autograder sets it
 while executing notebooks), builders return a small placeholder instead of drawing.
 """
+
+#: Every widget builder, by package (``toolkit.widgets.<package>.<name>``).
+BUILDERS = {
+    "attention": ("attention_explorer", "families_explorer", "permutation_demo"),
+    "position": (
+        "rope_spectrum_explorer",
+        "rope_rotation_explorer",
+        "score_vs_distance_explorer",
+        "alibi_explorer",
+        "train_short_test_long_explorer",
+    ),
+    "efficient": (
+        "mask_gallery",
+        "kv_cache_calculator",
+        "online_softmax_stepper",
+        "attention_memory_explorer",
+    ),
+    "beyond": (
+        "router_load_explorer",
+        "ssm_kernel_explorer",
+        "rwkv_decay_explorer",
+        "decoding_cost_explorer",
+    ),
+    "generation": ("sampling_playground", "side_by_side_generation"),
+}

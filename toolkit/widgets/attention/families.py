@@ -4,17 +4,53 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
 from matplotlib.figure import Figure
+from torch import Tensor
 
-from toolkit.transformer import family_attention_patterns
+from toolkit.masks import causal_mask, padding_mask
 from toolkit.widgets.attention.heatmap import _labels
-from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
+from toolkit.widgets.display import (
+    LABEL_STYLE,
+    headless_placeholder,
+    is_headless,
+    live_figure,
+    widget_functions,
+)
+
+#: What the patterns are made of; a student's own replace them through ``fns``.
+TOOLKIT_FUNCTIONS = {"causal_mask": causal_mask, "padding_mask": padding_mask}
 
 _FAMILY_PANELS = (
     ("encoder_self", "Encoder self-attention\n(bidirectional: BERT, encoder of T5)", "src", "src"),
     ("decoder_self", "Decoder self-attention\n(causal: GPT, decoder of T5)", "tgt", "tgt"),
     ("cross", "Cross-attention\n(decoder queries, encoder keys)", "tgt", "src"),
 )
+
+
+def _family_patterns(
+    T_src: int, T_tgt: int, src_length: int | None = None, *, fns: dict | None = None
+) -> dict[str, Tensor]:
+    """:func:`toolkit.transformer.family_attention_patterns` made with the mask functions
+    of ``fns`` (the student's ``causal_mask`` and ``padding_mask``, else the toolkit's).
+
+    Returns:
+        ``{"encoder_self": (T_src, T_src), "decoder_self": (T_tgt, T_tgt), "cross":
+        (T_tgt, T_src)}``, bool, ``True`` = may attend.
+    """
+    f = widget_functions("plot_family_patterns", fns, TOOLKIT_FUNCTIONS)
+    for name, value in (("T_src", T_src), ("T_tgt", T_tgt)):
+        if not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    src_length = T_src if src_length is None else src_length
+    if not 1 <= src_length <= T_src:
+        raise ValueError(f"src_length must be in [1, T_src={T_src}], got {src_length}")
+    src_keys = f.padding_mask(torch.tensor([src_length]), T_src)[0, 0, 0]  # (T_src,) real keys
+    return {
+        "encoder_self": src_keys.expand(T_src, T_src),  # every real key
+        "decoder_self": f.causal_mask(T_tgt),  # j <= i
+        "cross": src_keys.expand(T_tgt, T_src),  # every real source key
+    }
 
 
 def plot_family_patterns(
@@ -24,6 +60,7 @@ def plot_family_patterns(
     *,
     src_tokens: Sequence[str] | None = None,
     tgt_tokens: Sequence[str] | None = None,
+    fns: dict | None = None,
 ) -> Figure:
     """The three boolean attention patterns side by side (dark = may attend).
 
@@ -31,11 +68,14 @@ def plot_family_patterns(
         T_src, T_tgt: source and target lengths.
         src_length: real source tokens; the rest are padding (default: none).
         src_tokens, tgt_tokens: optional labels of lengths ``T_src`` / ``T_tgt``.
+        fns: the student's ``causal_mask`` and ``padding_mask``, by name, in place of the
+            toolkit's.
 
     Returns:
-        a Figure with three panels from :func:`toolkit.transformer.family_attention_patterns`.
+        a Figure with three panels, the patterns of
+        :func:`toolkit.transformer.family_attention_patterns`.
     """
-    patterns = family_attention_patterns(T_src, T_tgt, src_length)
+    patterns = _family_patterns(T_src, T_tgt, src_length, fns=fns)
     labels = {
         "src": _labels("src_tokens", src_tokens, T_src),
         "tgt": _labels("tgt_tokens", tgt_tokens, T_tgt),
@@ -58,12 +98,17 @@ def plot_family_patterns(
     return fig
 
 
-def families_explorer():
+def families_explorer(*, fns=None):
     """Sliders for source/target length and source padding over :func:`plot_family_patterns`.
+
+    Args:
+        fns: your own ``causal_mask`` and ``padding_mask`` in place of the toolkit's, e.g.
+            ``fns={"causal_mask": causal_mask, "padding_mask": padding_mask}``.
 
     Returns:
         an ``ipywidgets.VBox`` (or an ``ipywidgets.HTML`` placeholder when headless).
     """
+    f = widget_functions("families_explorer", fns, TOOLKIT_FUNCTIONS)
     if is_headless():
         return headless_placeholder("families_explorer")
     import ipywidgets as w
@@ -81,6 +126,6 @@ def families_explorer():
     sync_padding_limit()
 
     def draw(T_src, T_tgt, pad):
-        return plot_family_patterns(T_src, T_tgt, T_src - min(pad, T_src - 1))
+        return plot_family_patterns(T_src, T_tgt, T_src - min(pad, T_src - 1), fns=fns)
 
-    return live_figure(controls, draw)
+    return live_figure(controls, draw, functions=f)

@@ -11,8 +11,21 @@ from torch import Tensor
 
 from toolkit.attention import attention_weights
 from toolkit.masks import causal_mask, combine_masks, padding_mask
-from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
+from toolkit.widgets.display import (
+    LABEL_STYLE,
+    headless_placeholder,
+    is_headless,
+    live_figure,
+    widget_functions,
+)
 
+#: What the explorer computes with; a student's own replace them through ``fns``.
+TOOLKIT_FUNCTIONS = {
+    "attention_weights": attention_weights,
+    "causal_mask": causal_mask,
+    "padding_mask": padding_mask,
+    "combine_masks": combine_masks,
+}
 MASK_KINDS = ("none", "causal", "padding", "combined")
 DEFAULT_TOKENS = ("The", "cat", "sat", "on", "the", "mat")
 
@@ -109,34 +122,10 @@ def plot_attention_heatmap(
     return fig
 
 
-def example_attention(
-    tokens: Sequence[str] | None = None,
-    mask_kind: str = "none",
-    temperature: float = 1.0,
-    n_real: int | None = None,
-    *,
-    q: Tensor | None = None,
-    k: Tensor | None = None,
-    d_k: int = 8,
-    seed: int = 0,
-) -> tuple[Tensor, Tensor | None]:
-    """Attention weights of a small fixed example, as shown by :func:`attention_explorer`.
-
-    ``weights = softmax(q k^T / (temperature * sqrt(d_k)) + mask)``; with
-    ``temperature = 1`` this is exactly scaled dot-product attention.
-
-    Args:
-        tokens: labels, one per position (default: a six-word sentence).
-        mask_kind: ``"none"``, ``"causal"``, ``"padding"`` (the last ``T - n_real``
-            keys are padding) or ``"combined"`` (causal AND padding).
-        temperature: ``tau > 0``.
-        n_real: number of real tokens for the padding masks (default ``T - 2``, >= 1).
-        q, k: optional ``(T, d_k)`` queries and keys; default random with ``seed``.
-        d_k: feature size of the random queries and keys.
-
-    Returns:
-        ``(weights (T, T), mask (T, T) bool or None)``.
-    """
+def _example_inputs(
+    tokens, mask_kind="none", temperature=1.0, n_real=None, q=None, k=None, d_k=8, seed=0
+):
+    """Check :func:`example_attention`'s arguments; returns ``(tokens, n_real, q, k)``."""
     tokens = _tokens(tokens)
     T = len(tokens)
     if mask_kind not in MASK_KINDS:
@@ -157,15 +146,55 @@ def example_attention(
         raise ValueError(
             f"q and k must both have shape (T={T}, d_k), got {tuple(q.shape)} and {tuple(k.shape)}"
         )
-    causal = causal_mask(T) if mask_kind in ("causal", "combined") else None
-    pad = None
+    return tokens, n_real, q, k
+
+
+def example_attention(
+    tokens: Sequence[str] | None = None,
+    mask_kind: str = "none",
+    temperature: float = 1.0,
+    n_real: int | None = None,
+    *,
+    q: Tensor | None = None,
+    k: Tensor | None = None,
+    d_k: int = 8,
+    seed: int = 0,
+    fns: dict | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """Attention weights of a small fixed example, as shown by :func:`attention_explorer`.
+
+    ``weights = softmax(q k^T / (temperature * sqrt(d_k)) + mask)``; with
+    ``temperature = 1`` this is exactly scaled dot-product attention.
+
+    Args:
+        tokens: labels, one per position (default: a six-word sentence).
+        mask_kind: ``"none"``, ``"causal"``, ``"padding"`` (the last ``T - n_real``
+            keys are padding) or ``"combined"`` (causal AND padding).
+        temperature: ``tau > 0``.
+        n_real: number of real tokens for the padding masks (default ``T - 2``, >= 1).
+        q, k: optional ``(T, d_k)`` queries and keys; default random with ``seed``.
+        d_k: feature size of the random queries and keys.
+        fns: the student's own ``attention_weights``, ``causal_mask``, ``padding_mask``
+            or ``combine_masks`` (``{name: function}``) in place of the toolkit's.
+
+    Returns:
+        ``(weights (T, T), mask (T, T) bool or None)``.
+    """
+    f = widget_functions("example_attention", fns, TOOLKIT_FUNCTIONS)
+    tokens, n_real, q, k = _example_inputs(tokens, mask_kind, temperature, n_real, q, k, d_k, seed)
+    T = len(tokens)
+    # Only the functions the chosen mask needs are called: a student who has written
+    # attention but no masks yet still sees mask = "none".
+    mask = None
+    if mask_kind in ("causal", "combined"):
+        mask = f.causal_mask(T)  # (T, T)
     if mask_kind in ("padding", "combined"):
-        pad = padding_mask(torch.tensor([n_real]), T)[0, 0]  # (1, T): keys >= n_real hidden
-    mask = combine_masks(causal, pad)  # (T, T) or (1, T) -> broadcast
+        pad = f.padding_mask(torch.tensor([n_real]), T)[0, 0]  # (1, T): keys >= n_real hidden
+        mask = pad if mask is None else f.combine_masks(mask, pad)  # broadcast to (T, T)
     if mask is not None:
         mask = mask.expand(T, T)
     scale = 1.0 / (temperature * math.sqrt(q.size(-1)))  # 1 / (tau sqrt(d_k))
-    return attention_weights(q, k, mask, scale=scale), mask
+    return f.attention_weights(q, k, mask, scale=scale), mask
 
 
 def plot_attention_example(
@@ -176,10 +205,12 @@ def plot_attention_example(
     *,
     q: Tensor | None = None,
     k: Tensor | None = None,
+    fns: dict | None = None,
 ) -> Figure:
-    """The figure :func:`attention_explorer` shows for one setting of its controls."""
+    """The figure :func:`attention_explorer` shows for one setting of its controls
+    (``fns`` as in :func:`example_attention`)."""
     tokens = _tokens(tokens)
-    weights, _ = example_attention(tokens, mask_kind, temperature, n_real, q=q, k=k)
+    weights, _ = example_attention(tokens, mask_kind, temperature, n_real, q=q, k=k, fns=fns)
     labels = list(tokens)
     if mask_kind in ("padding", "combined"):
         n = max(1, len(tokens) - 2) if n_real is None else n_real
@@ -188,23 +219,26 @@ def plot_attention_example(
     return plot_attention_heatmap(weights, labels, title=title)
 
 
-def attention_explorer(tokens: Sequence[str] | None = None, q=None, k=None):
+def attention_explorer(tokens: Sequence[str] | None = None, q=None, k=None, *, fns=None):
     """Interactive heatmap of attention weights with a mask selector and temperature slider.
 
     Args:
         tokens: labels (default: a six-word sentence).
         q, k: optional ``(T, d_k)`` queries and keys (default: fixed random ones).
+        fns: your own functions in place of the toolkit's, by name: ``attention_weights``,
+            ``causal_mask``, ``padding_mask``, ``combine_masks``; e.g.
+            ``fns={"attention_weights": attention_weights}``.
 
     Returns:
         an ``ipywidgets.VBox`` (or an ``ipywidgets.HTML`` placeholder when headless).
     """
+    f = widget_functions("attention_explorer", fns, TOOLKIT_FUNCTIONS)
     if is_headless():
         return headless_placeholder("attention_explorer")
     import ipywidgets as w
 
-    tokens = _tokens(tokens)
+    tokens, *_ = _example_inputs(tokens, q=q, k=k)  # fail early on bad input
     T = len(tokens)
-    example_attention(tokens, q=q, k=k)  # validate the inputs before building anything
     controls = {
         "mask_kind": w.Dropdown(
             style=LABEL_STYLE, options=list(MASK_KINDS), value="none", description="mask"
@@ -219,7 +253,7 @@ def attention_explorer(tokens: Sequence[str] | None = None, q=None, k=None):
     }
 
     def draw(mask_kind, temperature, n_real):
-        return plot_attention_example(tokens, mask_kind, temperature, n_real, q=q, k=k)
+        return plot_attention_example(tokens, mask_kind, temperature, n_real, q=q, k=k, fns=fns)
 
     def note(mask_kind, temperature, n_real):
         return (
@@ -228,4 +262,4 @@ def attention_explorer(tokens: Sequence[str] | None = None, q=None, k=None):
             f"&tau;&middot;&radic;d<sub>k</sub> with &tau; = {temperature:.2f}."
         )
 
-    return live_figure(controls, draw, note)
+    return live_figure(controls, draw, note, functions=f)

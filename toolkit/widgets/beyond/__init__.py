@@ -4,16 +4,20 @@ What each one is for
 --------------------
 * :func:`router_load_explorer`: a toy router trained with and without the
   load-balancing loss; the load per expert shows expert collapse, the capacity line
-  and the dropped assignments at a capacity factor you choose. Runs a student's own
-  ``top_k_gating`` and ``load_balancing_loss`` when given them.
+  and the dropped assignments at a capacity factor you choose.
 * :func:`ssm_kernel_explorer`: the impulse response (convolution kernel) of a
   discretised SSM as ``delta`` and ``|A|`` move: how far back the model remembers, and
-  how Mamba's input-dependent step can wipe the memory at a chosen token. Draws with a
-  student's own ``discretize_zoh`` when given it.
+  how Mamba's input-dependent step can wipe the memory at a chosen token.
 * :func:`rwkv_decay_explorer`: RWKV's per-channel decay and one marked token's share of
-  the WKV average over time. Runs a student's own ``wkv_recurrent`` when given it.
+  the WKV average over time.
 * :func:`decoding_cost_explorer`: memory and arithmetic per generated token of attention
   with a KV cache, Mamba and RWKV as the context grows.
+
+Each builder draws with the student's own functions where given, by their toolkit names:
+``router_load_explorer(fns={"top_k_gating": top_k_gating, "load_balancing_loss":
+load_balancing_loss})``, ``ssm_kernel_explorer(fns={"discretize_zoh": discretize_zoh})``,
+``rwkv_decay_explorer(fns={"wkv_recurrent": wkv_recurrent})``, and
+``decoding_cost_explorer(fns={"kv_cache_bytes": kv_cache_bytes})`` (Assignment 03).
 
 Every builder has a matching pure ``plot_*`` function that returns a
 ``matplotlib.figure.Figure``, so tests render it with the Agg backend; builders redraw

@@ -11,7 +11,9 @@
     mixing keeps ``4 d_model`` (last input, ``a``, ``b``, ``p``). Neither grows.
 
 The curves are counted exactly from the shapes (:func:`decoding_costs`); measured
-numbers from ``benchmarks/decoding.py`` can be drawn over them (``measured``).
+numbers from ``benchmarks/decoding.py`` can be drawn over them (``measured``). The KV
+cache is sized by :func:`toolkit.gqa.kv_cache_bytes`, or by the student's own from
+Assignment 03: ``decoding_cost_explorer(fns={"kv_cache_bytes": kv_cache_bytes})``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,17 @@ from collections.abc import Mapping, Sequence
 
 from matplotlib.figure import Figure
 
-from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
+from toolkit.gqa import kv_cache_bytes
+from toolkit.widgets.display import (
+    LABEL_STYLE,
+    headless_placeholder,
+    is_headless,
+    live_figure,
+    widget_functions,
+)
+
+#: What sizes the KV cache; a student's own replaces it through ``fns``.
+TOOLKIT_FUNCTIONS = {"kv_cache_bytes": kv_cache_bytes}
 
 DTYPE_BYTES = {"fp32": 4, "fp16 / bf16": 2}
 KINDS = ("attention + KV cache", "Mamba", "RWKV")
@@ -36,12 +48,16 @@ def decoding_costs(
     d_conv: int = 4,
     expand: int = 2,
     bytes_per_element: int = 2,
+    *,
+    fns: dict | None = None,
 ) -> dict[str, dict[str, list[float]]]:
     """State bytes per sequence and FLOPs per new token of the mixing layers, per kind.
 
     FLOPs count a multiply-add as 2. Returns ``{kind: {"bytes": [...], "flops": [...]}}``
     with one entry per ``seq_lens`` value (the context the new token attends over).
+    ``fns``: the student's ``kv_cache_bytes`` in place of the toolkit's.
     """
+    f = widget_functions("decoding_costs", fns, TOOLKIT_FUNCTIONS)
     if d_model % n_heads:
         raise ValueError(f"d_model ({d_model}) must be a multiple of n_heads ({n_heads})")
     n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
@@ -51,7 +67,9 @@ def decoding_costs(
     out = {kind: {"bytes": [], "flops": []} for kind in KINDS}
     for T in seq_lens:
         attention = out["attention + KV cache"]
-        attention["bytes"].append(n_layers * 2 * kv_width * T * bytes_per_element)
+        # K and V of T tokens: 2 n_layers n_kv_heads d_head T bytes_per_element
+        attention["bytes"].append(
+            f.kv_cache_bytes(n_layers, n_kv_heads, d_head, T, 1, bytes_per_element))
         # q, o: d x d; k, v: d x kv_width; scores q.k and weighted sum of values over T keys
         attention["flops"].append(n_layers * (4 * d_model**2 + 4 * d_model * kv_width
                                               + 4 * T * d_model))
@@ -70,6 +88,8 @@ def decoding_costs(
 def plot_decoding_costs(
     seq_lens: Sequence[int] = (1024, 4096, 16384, 65536, 262144, 1048576),
     measured: Mapping[str, Mapping[int, tuple[float, float]]] | None = None,
+    *,
+    fns: dict | None = None,
     **shape,
 ) -> Figure:
     """Memory (left) and FLOPs per token (right) against context length, log-log.
@@ -78,9 +98,10 @@ def plot_decoding_costs(
         seq_lens: context lengths.
         measured: optional ``{kind: {T: (seconds per token, state bytes)}}``, e.g. from
             ``benchmarks/decoding.py``; drawn as a third panel.
+        fns: the student's ``kv_cache_bytes``, as in :func:`decoding_costs`.
         **shape: passed to :func:`decoding_costs`.
     """
-    costs = decoding_costs(seq_lens, **shape)
+    costs = decoding_costs(seq_lens, **shape, fns=fns)
     fig = Figure(figsize=(11 if measured else 8, 3.6), layout="constrained")
     axes = fig.subplots(1, 3 if measured else 2)
     for kind, colour in zip(KINDS, ("tab:red", "tab:blue", "tab:green")):
@@ -104,15 +125,18 @@ def plot_decoding_costs(
     return fig
 
 
-def decoding_cost_explorer(measured: Mapping | None = None):
+def decoding_cost_explorer(measured: Mapping | None = None, *, fns=None):
     """Sliders for the model's width and depth and the dtype over :func:`plot_decoding_costs`.
 
     Args:
         measured: optional measured points, as in :func:`plot_decoding_costs`.
+        fns: your own ``kv_cache_bytes`` (Assignment 03) in place of the toolkit's:
+            ``fns={"kv_cache_bytes": kv_cache_bytes}``.
 
     Returns:
         an ``ipywidgets.VBox`` (an ``ipywidgets.HTML`` placeholder when headless).
     """
+    f = widget_functions("decoding_cost_explorer", fns, TOOLKIT_FUNCTIONS)
     if is_headless():
         return headless_placeholder("decoding_cost_explorer")
     import ipywidgets as w
@@ -125,6 +149,7 @@ def decoding_cost_explorer(measured: Mapping | None = None):
 
     def draw(d_model, n_layers, dtype):
         return plot_decoding_costs(measured=measured, d_model=d_model, n_layers=n_layers,
-                                   n_heads=d_model // 64, bytes_per_element=DTYPE_BYTES[dtype])
+                                   n_heads=d_model // 64, bytes_per_element=DTYPE_BYTES[dtype],
+                                   fns=fns)
 
-    return live_figure(dict(d_model=d_model, n_layers=n_layers, dtype=dtype), draw)
+    return live_figure(dict(d_model=d_model, n_layers=n_layers, dtype=dtype), draw, functions=f)

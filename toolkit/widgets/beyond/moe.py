@@ -12,26 +12,29 @@ to skilled experts. Experts that start slightly ahead get more tokens, grow more
 skilled and attract still more: **expert collapse**. The balancing loss ``alpha N sum
 f_i P_i`` pushes back. Both runs start from the same weights.
 
-The routing and the loss are arguments (``gating_fn``, ``balance_loss_fn``), so the
-widget can run a student's own ``top_k_gating`` and ``load_balancing_loss``.
+The routing and the loss are the student's own where given: ``router_load_explorer(
+fns={"top_k_gating": top_k_gating, "load_balancing_loss": load_balancing_loss})``. The
+drops need no exercise: an expert given ``load`` assignments keeps ``capacity`` of them
+and drops the rest, however the kept ones are chosen.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 from matplotlib.figure import Figure
 
 from toolkit.arguments import check_top_k
-from toolkit.moe import (
-    apply_capacity,
-    expert_capacity,
-    expert_load,
-    load_balancing_loss,
-    top_k_gating,
+from toolkit.moe import expert_capacity, expert_load, load_balancing_loss, top_k_gating
+from toolkit.widgets.display import (
+    LABEL_STYLE,
+    headless_placeholder,
+    is_headless,
+    live_figure,
+    widget_functions,
 )
-from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
+
+#: What the toy router trains with; a student's own replace them through ``fns``.
+TOOLKIT_FUNCTIONS = {"top_k_gating": top_k_gating, "load_balancing_loss": load_balancing_loss}
 
 
 def simulate_router(
@@ -42,21 +45,23 @@ def simulate_router(
     n_tokens: int = 256,
     d_model: int = 8,
     seed: int = 0,
-    gating_fn: Callable = top_k_gating,
-    balance_loss_fn: Callable = load_balancing_loss,
     lr: float = 2.0,
     skill_growth: float = 30.0,
+    *,
+    fns: dict | None = None,
 ) -> dict:
     """Train a toy router with ``task + alpha * balance_loss`` by gradient descent.
 
     The gates use ``"softmax_then_topk"`` (Switch): with it the task loss reaches the
-    router even for ``k = 1``.
+    router even for ``k = 1``. ``fns``: the student's ``top_k_gating`` and
+    ``load_balancing_loss`` in place of the toolkit's.
 
     Returns:
         dict with ``"load"`` int64 ``(steps, n_experts)`` (assignments per expert at each
         step), ``"indices"`` ``(n_tokens, k)`` (the last routing) and ``"balance_loss"``
         (a list, one value per step).
     """
+    f = widget_functions("simulate_router", fns, TOOLKIT_FUNCTIONS)
     check_top_k(k, n_experts)
     if alpha < 0 or steps < 1:
         raise ValueError(f"alpha must be >= 0 and steps >= 1, got {alpha} and {steps}")
@@ -67,9 +72,9 @@ def simulate_router(
     loads, balance = [], []
     for _ in range(steps):
         logits = x @ W.T
-        gates, indices = gating_fn(logits, k, "softmax_then_topk")
-        load = expert_load(indices, n_experts)
-        aux = balance_loss_fn(logits, k)
+        gates, indices = f.top_k_gating(logits, k, "softmax_then_topk")  # (n_tokens, k) each
+        load = expert_load(indices, n_experts)  # (n_experts,)
+        aux = f.load_balancing_loss(logits, k)
         task = -(gates * skill[indices]).sum(-1).mean()  # reward: gate-weighted skill
         (grad,) = torch.autograd.grad(task + alpha * aux, W)
         with torch.no_grad():
@@ -79,13 +84,6 @@ def simulate_router(
         loads.append(load)
         balance.append(float(aux.detach()))
     return {"load": torch.stack(loads), "indices": indices.detach(), "balance_loss": balance}
-
-
-def _dropped_per_expert(indices: torch.Tensor, n_experts: int, capacity: int) -> torch.Tensor:
-    kept, _ = apply_capacity(indices, n_experts, capacity)
-    return expert_load(indices[~kept][:, None], n_experts) if (~kept).any() else torch.zeros(
-        n_experts, dtype=torch.int64
-    )
 
 
 def plot_router_load(
@@ -103,7 +101,7 @@ def plot_router_load(
     top = max(int(r["load"][-1].max()) for _, r, _ in runs)
     for ax, (title, run, colour) in zip(axes[:2], runs):
         load = run["load"][-1]
-        dropped = _dropped_per_expert(run["indices"], n_experts, capacity)
+        dropped = (load - capacity).clamp(min=0)  # each expert keeps `capacity`, drops the rest
         experts = range(n_experts)
         ax.bar(experts, (load - dropped).tolist(), color=colour, label="routed")
         ax.bar(experts, dropped.tolist(), bottom=(load - dropped).tolist(), color="tab:red",
@@ -129,18 +127,19 @@ def plot_router_load(
     return fig
 
 
-def router_load_explorer(
-    gating_fn: Callable = top_k_gating, balance_loss_fn: Callable = load_balancing_loss
-):
+def router_load_explorer(*, fns=None):
     """Sliders for experts, k, the balancing weight alpha and the capacity factor.
 
     Args:
-        gating_fn: ``(logits, k, gating) -> (gates, indices)``, e.g. your ``top_k_gating``.
-        balance_loss_fn: ``(router_logits, k) -> loss``, e.g. your ``load_balancing_loss``.
+        fns: your own functions in place of the toolkit's, by name: ``top_k_gating``
+            (``(logits, k, gating) -> (gates, indices)``) and ``load_balancing_loss``
+            (``(router_logits, k) -> loss``); e.g. ``fns={"top_k_gating": top_k_gating,
+            "load_balancing_loss": load_balancing_loss}``.
 
     Returns:
         an ``ipywidgets.VBox`` (an ``ipywidgets.HTML`` placeholder when headless).
     """
+    f = widget_functions("router_load_explorer", fns, TOOLKIT_FUNCTIONS)
     if is_headless():
         return headless_placeholder("router_load_explorer")
     import ipywidgets as w
@@ -154,9 +153,8 @@ def router_load_explorer(
 
     def draw(n_experts, k, alpha, capacity_factor):
         k = min(k, n_experts)
-        runs = [simulate_router(n_experts, k, a, gating_fn=gating_fn,
-                                balance_loss_fn=balance_loss_fn) for a in (0.0, alpha)]
+        runs = [simulate_router(n_experts, k, a, fns=fns) for a in (0.0, alpha)]
         return plot_router_load(*runs, capacity_factor, alpha)
 
     controls = dict(n_experts=n_experts, k=k, alpha=alpha, capacity_factor=factor)
-    return live_figure(controls, draw, rows=[[n_experts, k], [alpha, factor]])
+    return live_figure(controls, draw, rows=[[n_experts, k], [alpha, factor]], functions=f)

@@ -9,19 +9,26 @@
   average at time ``t``. It jumps at the marked token (weighted by the bonus
   ``e^{u + k}``), then fades at each channel's own rate as later tokens dilute it.
 
-The WKV function is an argument (``wkv_fn``, default
-:func:`toolkit.rwkv.wkv_recurrent`), so the widget can run a student's own.
+The WKV recurrence is the student's own where given (``rwkv_decay_explorer(
+fns={"wkv_recurrent": wkv_recurrent})``), else :func:`toolkit.rwkv.wkv_recurrent`.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 from matplotlib.figure import Figure
 
 from toolkit.rwkv import wkv_recurrent
-from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
+from toolkit.widgets.display import (
+    LABEL_STYLE,
+    headless_placeholder,
+    is_headless,
+    live_figure,
+    widget_functions,
+)
+
+#: What the widget computes ``wkv_t`` with; a student's own replaces it through ``fns``.
+TOOLKIT_FUNCTIONS = {"wkv_recurrent": wkv_recurrent}
 
 
 def channel_decays(w_min: float = 0.01, w_max: float = 2.0, n_channels: int = 8) -> torch.Tensor:
@@ -38,20 +45,24 @@ def wkv_trace(
     mark_at: int = 8,
     k_mark: float = 2.0,
     length: int = 64,
-    wkv_fn: Callable = wkv_recurrent,
+    *,
+    fns: dict | None = None,
 ) -> torch.Tensor:
     """``wkv_t`` per channel for values ``v = 1`` at ``mark_at`` and 0 elsewhere: ``(length, C)``.
 
     All keys are 0 except ``k_mark`` at the marked token, so the output is the marked
-    token's share of each channel's weighted average.
+    token's share of each channel's weighted average. ``fns``: the student's
+    ``wkv_recurrent`` in place of the toolkit's.
     """
+    f = widget_functions("wkv_trace", fns, TOOLKIT_FUNCTIONS)
     if not 0 <= mark_at < length:
         raise ValueError(f"mark_at must be in [0, {length}), got {mark_at}")
     C = w.numel()
     k = torch.zeros(1, length, C, dtype=torch.float64)
     v = torch.zeros(1, length, C, dtype=torch.float64)
     k[:, mark_at], v[:, mark_at] = k_mark, 1.0
-    return wkv_fn(k, v, w.to(torch.float64), torch.full((C,), float(u), dtype=torch.float64))[0]
+    u = torch.full((C,), float(u), dtype=torch.float64)
+    return f.wkv_recurrent(k, v, w.to(torch.float64), u)[0]  # (length, C)
 
 
 def plot_rwkv_decay(
@@ -61,11 +72,13 @@ def plot_rwkv_decay(
     mark_at: int = 8,
     k_mark: float = 2.0,
     length: int = 64,
-    wkv_fn: Callable = wkv_recurrent,
+    *,
+    fns: dict | None = None,
 ) -> Figure:
-    """Decay ``e^{-d w_c}`` per channel (left) and the marked token's share over time (right)."""
+    """Decay ``e^{-d w_c}`` per channel (left) and the marked token's share over time (right)
+    (``fns`` as in :func:`wkv_trace`)."""
     w = channel_decays(w_min, w_max)
-    trace = wkv_trace(w, u, mark_at, k_mark, length, wkv_fn)
+    trace = wkv_trace(w, u, mark_at, k_mark, length, fns=fns)
     fig = Figure(figsize=(11, 3.6), layout="constrained")
     left, right = fig.subplots(1, 2)
     distance = torch.arange(length, dtype=torch.float64)
@@ -86,15 +99,17 @@ def plot_rwkv_decay(
     return fig
 
 
-def rwkv_decay_explorer(wkv_fn: Callable = wkv_recurrent):
+def rwkv_decay_explorer(*, fns=None):
     """Sliders for the decay range, the bonus ``u``, the marked token and its key.
 
     Args:
-        wkv_fn: ``(k, v, w, u) -> wkv``, e.g. your ``wkv_recurrent``.
+        fns: your own ``wkv_recurrent`` (``(k, v, w, u) -> wkv``) in place of the
+            toolkit's: ``fns={"wkv_recurrent": wkv_recurrent}``.
 
     Returns:
         an ``ipywidgets.VBox`` (an ``ipywidgets.HTML`` placeholder when headless).
     """
+    f = widget_functions("rwkv_decay_explorer", fns, TOOLKIT_FUNCTIONS)
     if is_headless():
         return headless_placeholder("rwkv_decay_explorer")
     import ipywidgets as w
@@ -110,7 +125,7 @@ def rwkv_decay_explorer(wkv_fn: Callable = wkv_recurrent):
 
     def draw(w_slow, w_fast, u, mark_at, k_mark):
         low, high = sorted((w_slow, w_fast))
-        return plot_rwkv_decay(low, high, u, mark_at, k_mark, wkv_fn=wkv_fn)
+        return plot_rwkv_decay(low, high, u, mark_at, k_mark, fns=fns)
 
     controls = dict(w_slow=w_range, w_fast=w_top, u=u, mark_at=mark, k_mark=k_mark)
-    return live_figure(controls, draw, rows=[[w_range, w_top, u], [mark, k_mark]])
+    return live_figure(controls, draw, rows=[[w_range, w_top, u], [mark, k_mark]], functions=f)

@@ -11,20 +11,28 @@
   Mamba can *wipe* it by taking one large step ``delta`` at a chosen token (its
   ``delta`` depends on the input); the LTI model cannot.
 
-The discretisation is an argument (``discretize_fn``, default
-:func:`toolkit.ssm.lti.discretize_zoh`), so the widget can draw with a student's own.
+The discretisation is the student's own where given (``ssm_kernel_explorer(
+fns={"discretize_zoh": discretize_zoh})``), else :func:`toolkit.ssm.lti.discretize_zoh`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 from matplotlib.figure import Figure
 
 from toolkit.ssm.lti import discretize_zoh
-from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
+from toolkit.widgets.display import (
+    LABEL_STYLE,
+    headless_placeholder,
+    is_headless,
+    live_figure,
+    widget_functions,
+)
+
+#: How the widget discretises; a student's own replaces it through ``fns``.
+TOOLKIT_FUNCTIONS = {"discretize_zoh": discretize_zoh}
 
 
 def memory_horizon(delta: float, A: float, tol: float = 0.01) -> int:
@@ -39,9 +47,11 @@ def ssm_impulse_response(
     a: float = 1.0,
     n_state: int = 3,
     length: int = 64,
-    discretize_fn: Callable = discretize_zoh,
+    *,
+    fns: dict | None = None,
 ) -> dict:
-    """The kernel of one channel with ``A = -(a, 2a, 4a, ...)``, ``B = C = 1``.
+    """The kernel of one channel with ``A = -(a, 2a, 4a, ...)``, ``B = C = 1``, discretised
+    with ``fns["discretize_zoh"]`` (default the toolkit's).
 
     Returns:
         dict with ``"A"`` ``(n_state,)``, ``"kernel"`` ``(length,)`` (discrete,
@@ -49,11 +59,12 @@ def ssm_impulse_response(
         B``, the continuous impulse response at the same times, scaled by the step) and
         ``"horizon"`` (:func:`memory_horizon` of the slowest state).
     """
+    f = widget_functions("ssm_impulse_response", fns, TOOLKIT_FUNCTIONS)
     if not a > 0:
         raise ValueError(f"a (the size of A) must be > 0, got {a}")
     A = -a * 2.0 ** torch.arange(n_state, dtype=torch.float64)  # (N,)
     ones = torch.ones_like(A)
-    A_bar, B_bar = discretize_fn(delta, A, ones)
+    A_bar, B_bar = f.discretize_zoh(delta, A, ones)  # (N,) each
     steps = torch.arange(length, dtype=torch.float64)
     kernel = (A_bar[:, None] ** steps * B_bar[:, None]).sum(0)  # sum_n C_n A_bar_n^l B_bar_n
     continuous = delta * torch.exp(A[:, None] * steps * delta).sum(0)
@@ -67,13 +78,16 @@ def selective_forgetting(
     reset_at: int = 20,
     length: int = 48,
     reset_delta: float = 5.0,
-    discretize_fn: Callable = discretize_zoh,
+    *,
+    fns: dict | None = None,
 ) -> dict:
     """A pulse at token 5 held in a one-dimensional state, without and with a reset step.
 
     Returns ``{"lti": (length,), "selective": (length,)}``: the state ``h_t`` when every
-    step is ``delta``, and when token ``reset_at`` takes ``reset_delta`` instead.
+    step is ``delta``, and when token ``reset_at`` takes ``reset_delta`` instead
+    (``fns`` as in :func:`ssm_impulse_response`).
     """
+    f = widget_functions("selective_forgetting", fns, TOOLKIT_FUNCTIONS)
     A, B = torch.tensor([-a], dtype=torch.float64), torch.ones(1, dtype=torch.float64)
     u = torch.zeros(length, dtype=torch.float64)
     u[5] = 1.0
@@ -81,7 +95,7 @@ def selective_forgetting(
     for name, big in (("lti", delta), ("selective", reset_delta)):
         h, trace = torch.zeros(1, dtype=torch.float64), []
         for t in range(length):
-            A_bar, B_bar = discretize_fn(big if t == reset_at else delta, A, B)
+            A_bar, B_bar = f.discretize_zoh(big if t == reset_at else delta, A, B)
             h = A_bar * h + B_bar * u[t]
             trace.append(float(h[0]))
         traces[name] = torch.tensor(trace)
@@ -94,10 +108,12 @@ def plot_ssm_kernel(
     n_state: int = 3,
     length: int = 96,
     reset_at: int = 20,
-    discretize_fn: Callable = discretize_zoh,
+    *,
+    fns: dict | None = None,
 ) -> Figure:
-    """Kernel / impulse response (left) and selective forgetting (right)."""
-    r = ssm_impulse_response(delta, a, n_state, length, discretize_fn)
+    """Kernel / impulse response (left) and selective forgetting (right) (``fns`` as in
+    :func:`ssm_impulse_response`)."""
+    r = ssm_impulse_response(delta, a, n_state, length, fns=fns)
     fig = Figure(figsize=(11, 3.6), layout="constrained")
     left, right = fig.subplots(1, 2)
     left.stem(range(length), r["kernel"].tolist(), basefmt=" ", label="K_l = C A_bar^l B_bar")
@@ -111,7 +127,7 @@ def plot_ssm_kernel(
     left.set_title(f"delta = {delta:g}, A = ({a_list}): remembers ~{r['horizon']} steps",
                    fontsize=9)
     left.legend(fontsize=7)
-    trace = selective_forgetting(delta, a, reset_at, discretize_fn=discretize_fn)
+    trace = selective_forgetting(delta, a, reset_at, fns=fns)
     right.plot(trace["lti"].tolist(), label="same delta at every token (LTI)")
     right.plot(trace["selective"].tolist(), label=f"large delta at token {reset_at} (selective)")
     right.axvline(5, ls=":", color="gray")
@@ -122,15 +138,17 @@ def plot_ssm_kernel(
     return fig
 
 
-def ssm_kernel_explorer(discretize_fn: Callable = discretize_zoh):
+def ssm_kernel_explorer(*, fns=None):
     """Sliders for ``delta``, ``|A|``, the number of state dimensions and the reset token.
 
     Args:
-        discretize_fn: ``(delta, A, B) -> (A_bar, B_bar)``, e.g. your ``discretize_zoh``.
+        fns: your own ``discretize_zoh`` (``(delta, A, B) -> (A_bar, B_bar)``) in place of
+            the toolkit's: ``fns={"discretize_zoh": discretize_zoh}``.
 
     Returns:
         an ``ipywidgets.VBox`` (an ``ipywidgets.HTML`` placeholder when headless).
     """
+    f = widget_functions("ssm_kernel_explorer", fns, TOOLKIT_FUNCTIONS)
     if is_headless():
         return headless_placeholder("ssm_kernel_explorer")
     import ipywidgets as w
@@ -143,7 +161,7 @@ def ssm_kernel_explorer(discretize_fn: Callable = discretize_zoh):
     reset = w.IntSlider(style=LABEL_STYLE, value=20, min=6, max=47, description="reset at token")
 
     def draw(delta, a, n_state, reset_at):
-        return plot_ssm_kernel(delta, a, n_state, reset_at=reset_at, discretize_fn=discretize_fn)
+        return plot_ssm_kernel(delta, a, n_state, reset_at=reset_at, fns=fns)
 
     controls = dict(delta=delta, a=a, n_state=n_state, reset_at=reset)
-    return live_figure(controls, draw, rows=[[delta, a], [n_state, reset]])
+    return live_figure(controls, draw, rows=[[delta, a], [n_state, reset]], functions=f)

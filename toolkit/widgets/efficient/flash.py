@@ -8,8 +8,18 @@ import torch
 from matplotlib.figure import Figure
 
 from toolkit.flash import attention_memory_bytes, online_softmax_trace
-from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
+from toolkit.widgets.display import (
+    LABEL_STYLE,
+    headless_placeholder,
+    is_headless,
+    live_figure,
+    widget_functions,
+)
 from toolkit.widgets.efficient.kv_cache import DTYPE_BYTES
+
+#: What each widget computes with; a student's own replace them through ``fns``.
+ONLINE_SOFTMAX_FUNCTIONS = {"online_softmax_trace": online_softmax_trace}
+MEMORY_FUNCTIONS = {"attention_memory_bytes": attention_memory_bytes}
 
 
 def example_row(n: int = 16, d_v: int = 3, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -28,19 +38,23 @@ def plot_online_softmax(
     values: torch.Tensor | None = None,
     block: int = 4,
     step: int | None = None,
+    *,
+    fns: dict | None = None,
 ) -> Figure:
     """The online softmax after ``step + 1`` tiles (default: all tiles).
 
     Left: the scores, tiles already read in blue, the current one in orange, the
     running max ``m`` as a line. Middle: ``m`` and ``l`` after each tile so far.
     Right: the current normalised output ``acc / l`` beside the exact
-    ``softmax(scores) @ values``; they coincide after the last tile.
+    ``softmax(scores) @ values``; they coincide after the last tile. ``fns``: the
+    student's ``online_softmax_trace`` in place of the toolkit's.
     """
+    f = widget_functions("plot_online_softmax", fns, ONLINE_SOFTMAX_FUNCTIONS)
     if scores is None or values is None:
         scores, values = example_row()
     scores = torch.as_tensor(scores, dtype=torch.float64)
     values = torch.as_tensor(values, dtype=torch.float64)
-    trace = online_softmax_trace(scores, values, block)
+    trace = f.online_softmax_trace(scores, values, block)
     step = len(trace) - 1 if step is None else step
     if not 0 <= step < len(trace):
         raise ValueError(f"step must be in [0, {len(trace) - 1}], got {step}")
@@ -80,8 +94,14 @@ def plot_online_softmax(
     return fig
 
 
-def online_softmax_stepper(n: int = 16, d_v: int = 3, seed: int = 0):
-    """Step through one query row tile by tile; change the tile size."""
+def online_softmax_stepper(n: int = 16, d_v: int = 3, seed: int = 0, *, fns=None):
+    """Step through one query row tile by tile; change the tile size.
+
+    Args:
+        n, d_v, seed: the row's length, value size and random seed (:func:`example_row`).
+        fns: your own ``online_softmax_trace`` in place of the toolkit's.
+    """
+    f = widget_functions("online_softmax_stepper", fns, ONLINE_SOFTMAX_FUNCTIONS)
     if is_headless():
         return headless_placeholder("online_softmax_stepper")
     import ipywidgets as w
@@ -103,17 +123,17 @@ def online_softmax_stepper(n: int = 16, d_v: int = 3, seed: int = 0):
     controls["block"].observe(fit_step_to_tiles, names="value")
 
     def draw(block, step):
-        return plot_online_softmax(scores, values, block, step)
+        return plot_online_softmax(scores, values, block, step, fns=fns)
 
     def note(block, step):
-        cur = online_softmax_trace(scores, values, block)[step]
+        cur = f.online_softmax_trace(scores, values, block)[step]
         return (
             f"m: {cur['m_prev']:.3f} &rarr; {cur['m']:.3f}; the sum and accumulator so far are "
             f"multiplied by exp(m_old &minus; m_new) = {cur['rescale']:.4f} before the new "
             f"tile is added; l = {cur['l']:.4f}."
         )
 
-    return live_figure(controls, draw, note)
+    return live_figure(controls, draw, note, functions=f)
 
 
 # ---------------------------------------------------------------------------
@@ -128,15 +148,19 @@ def plot_attention_memory(
     batch: int = 1,
     block: int = 128,
     bytes_per_element: float = 2,
+    *,
+    fns: dict | None = None,
 ) -> Figure:
-    """Extra forward memory (log-log) of naive vs tiled attention as the sequence grows."""
+    """Extra forward memory (log-log) of naive vs tiled attention as the sequence grows
+    (``fns``: the student's ``attention_memory_bytes`` in place of the toolkit's)."""
+    f = widget_functions("plot_attention_memory", fns, MEMORY_FUNCTIONS)
     n_values = [2**p for p in range(8, 18)] if n_values is None else list(n_values)
     if not n_values or min(n_values) < 1:
         raise ValueError("n_values must be a non-empty list of positive sequence lengths")
     common = {"batch": batch, "heads": heads, "bytes_per_element": bytes_per_element}
-    naive = [attention_memory_bytes(n, d, tiled=False, **common) for n in n_values]
+    naive = [f.attention_memory_bytes(n, d, tiled=False, **common) for n in n_values]
     tiled = [
-        attention_memory_bytes(n, d, tiled=True, block_q=block, block_k=block, **common)
+        f.attention_memory_bytes(n, d, tiled=True, block_q=block, block_k=block, **common)
         for n in n_values
     ]
     fig = Figure(figsize=(7, 4), layout="constrained")
@@ -151,8 +175,13 @@ def plot_attention_memory(
     return fig
 
 
-def attention_memory_explorer():
-    """Sliders for heads, head size, tile size and dtype over the naive/tiled memory plot."""
+def attention_memory_explorer(*, fns=None):
+    """Sliders for heads, head size, tile size and dtype over the naive/tiled memory plot.
+
+    Args:
+        fns: your own ``attention_memory_bytes`` in place of the toolkit's.
+    """
+    f = widget_functions("attention_memory_explorer", fns, MEMORY_FUNCTIONS)
     if is_headless():
         return headless_placeholder("attention_memory_explorer")
     import ipywidgets as w
@@ -171,10 +200,10 @@ def attention_memory_explorer():
     }
 
     def draw(heads, d, block, dtype):
-        return plot_attention_memory(None, d, heads, 1, block, DTYPE_BYTES[dtype])
+        return plot_attention_memory(None, d, heads, 1, block, DTYPE_BYTES[dtype], fns=fns)
 
     def note(heads, d, block, dtype):
-        per_head = attention_memory_bytes(4096, d, bytes_per_element=DTYPE_BYTES[dtype])
+        per_head = f.attention_memory_bytes(4096, d, bytes_per_element=DTYPE_BYTES[dtype])
         return (
             f"At N = 4096 one head's score matrix is {per_head / 1e6:.1f} MB; "
             f"{heads} heads need {heads * per_head / 1e9:.2f} GB. FlashAttention "
@@ -182,4 +211,4 @@ def attention_memory_explorer():
         )
 
     c = list(controls.values())
-    return live_figure(controls, draw, note, rows=[c[:2], c[2:]])
+    return live_figure(controls, draw, note, rows=[c[:2], c[2:]], functions=f)

@@ -21,10 +21,19 @@ from matplotlib.figure import Figure
 
 from toolkit.gqa import kv_cache_bytes
 from toolkit.mla import mla_cache_bytes
-from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
+from toolkit.widgets.display import (
+    LABEL_STYLE,
+    headless_placeholder,
+    is_headless,
+    live_figure,
+    widget_functions,
+)
 
 GIB = 2**30
 DTYPE_BYTES = {"fp32": 4, "fp16 / bf16": 2, "fp8": 1}
+
+#: The two cache formulas; a student's own replace them through ``fns``.
+TOOLKIT_FUNCTIONS = {"kv_cache_bytes": kv_cache_bytes, "mla_cache_bytes": mla_cache_bytes}
 
 MODEL_PRESETS: dict[str, dict] = {
     "LLaMA-2 70B": {
@@ -61,13 +70,19 @@ def kv_cache_comparison(
     n_tokens: int = 4096,
     batch: int = 1,
     bytes_per_element: float = 2,
+    *,
+    fns: dict | None = None,
 ) -> list[dict]:
     """KV-cache bytes of one model under MHA, GQA, MQA and MLA.
+
+    ``fns``: the student's ``kv_cache_bytes`` and ``mla_cache_bytes`` in place of the
+    toolkit's.
 
     Returns:
         one dict per variant: ``name``, ``bytes``, ``actual`` (the variant the model
         really uses) and ``formula``.
     """
+    f = widget_functions("kv_cache_comparison", fns, TOOLKIT_FUNCTIONS)
     if preset not in MODEL_PRESETS:
         raise ValueError(f"preset must be one of {sorted(MODEL_PRESETS)}, got {preset!r}")
     cfg = MODEL_PRESETS[preset]
@@ -76,16 +91,16 @@ def kv_cache_comparison(
     d_r = cfg.get("d_rope", d // 2)
     common = {"n_tokens": n_tokens, "batch": batch, "bytes_per_element": bytes_per_element}
     rows = [
-        ("MHA", kv_cache_bytes(L, H, d, **common), f"2 x {L} x {H} x {d}"),
+        ("MHA", f.kv_cache_bytes(L, H, d, **common), f"2 x {L} x {H} x {d}"),
         (
             f"GQA ({cfg['n_kv_heads']} KV heads)",
-            kv_cache_bytes(L, cfg["n_kv_heads"], d, **common),
+            f.kv_cache_bytes(L, cfg["n_kv_heads"], d, **common),
             f"2 x {L} x {cfg['n_kv_heads']} x {d}",
         ),
-        ("MQA", kv_cache_bytes(L, 1, d, **common), f"2 x {L} x 1 x {d}"),
+        ("MQA", f.kv_cache_bytes(L, 1, d, **common), f"2 x {L} x 1 x {d}"),
         (
             "MLA" if "d_latent" in cfg else "MLA (DeepSeek-V2 ratios)",
-            mla_cache_bytes(L, d_c, d_r, **common),
+            f.mla_cache_bytes(L, d_c, d_r, **common),
             f"{L} x ({d_c} + {d_r})",
         ),
     ]
@@ -100,9 +115,12 @@ def plot_kv_cache(
     n_tokens: int = 4096,
     batch: int = 1,
     bytes_per_element: float = 2,
+    *,
+    fns: dict | None = None,
 ) -> Figure:
-    """Horizontal bars of KV-cache GiB per variant; the model's real choice is highlighted."""
-    rows = kv_cache_comparison(preset, n_tokens, batch, bytes_per_element)
+    """Horizontal bars of KV-cache GiB per variant; the model's real choice is highlighted
+    (``fns`` as in :func:`kv_cache_comparison`)."""
+    rows = kv_cache_comparison(preset, n_tokens, batch, bytes_per_element, fns=fns)
     fig = Figure(figsize=(8, 3.6), layout="constrained")
     ax = fig.subplots()
     names = [r["name"] + ("  (actual)" if r["actual"] else "") for r in rows]
@@ -124,8 +142,14 @@ def plot_kv_cache(
     return fig
 
 
-def kv_cache_calculator():
-    """Pick a model, context length, batch and dtype; compare MHA / GQA / MQA / MLA."""
+def kv_cache_calculator(*, fns=None):
+    """Pick a model, context length, batch and dtype; compare MHA / GQA / MQA / MLA.
+
+    Args:
+        fns: your own ``kv_cache_bytes`` and ``mla_cache_bytes`` in place of the
+            toolkit's, e.g. ``fns={"kv_cache_bytes": kv_cache_bytes}``.
+    """
+    f = widget_functions("kv_cache_calculator", fns, TOOLKIT_FUNCTIONS)
     if is_headless():
         return headless_placeholder("kv_cache_calculator")
     import ipywidgets as w
@@ -146,10 +170,10 @@ def kv_cache_calculator():
     }
 
     def draw(preset, dtype, n_tokens, batch):
-        return plot_kv_cache(preset, n_tokens, batch, DTYPE_BYTES[dtype])
+        return plot_kv_cache(preset, n_tokens, batch, DTYPE_BYTES[dtype], fns=fns)
 
     def note(preset, dtype, n_tokens, batch):
-        rows = kv_cache_comparison(preset, n_tokens, batch, DTYPE_BYTES[dtype])
+        rows = kv_cache_comparison(preset, n_tokens, batch, DTYPE_BYTES[dtype], fns=fns)
         table = "".join(
             f"<tr><td>{r['name']}{' (actual)' if r['actual'] else ''}</td>"
             f"<td style='text-align:right'>{r['bytes']:,.0f}</td>"
@@ -165,4 +189,4 @@ def kv_cache_calculator():
         )
 
     c = list(controls.values())
-    return live_figure(controls, draw, note, rows=[c[:2], c[2:]])
+    return live_figure(controls, draw, note, rows=[c[:2], c[2:]], functions=f)

@@ -11,7 +11,16 @@ from matplotlib.figure import Figure
 
 from toolkit.generate import generate
 from toolkit.notebook import NotReadyError
-from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless
+from toolkit.widgets.display import (
+    LABEL_STYLE,
+    headless_placeholder,
+    is_headless,
+    reports_unwritten,
+    widget_functions,
+)
+
+#: The decoder; a student's own replaces it through ``fns``.
+TOOLKIT_FUNCTIONS = {"generate": generate}
 
 
 def compare_generations(
@@ -23,8 +32,12 @@ def compare_generations(
     top_k: int | None = None,
     top_p: float | None = None,
     seed: int = 0,
+    *,
+    fns: dict | None = None,
 ) -> dict[str, str]:
-    """Continue ``prompt`` with each model, same settings and seed; ``label -> text``."""
+    """Continue ``prompt`` with each model, same settings and seed; ``label -> text``
+    (``fns={"generate": generate}``: the student's decoder in place of the toolkit's)."""
+    f = widget_functions("compare_generations", fns, TOOLKIT_FUNCTIONS)
     if not models:
         raise ValueError("models must contain at least one model")
     out = {}
@@ -33,7 +46,7 @@ def compare_generations(
         ids = torch.tensor([ids])
         n = min(max_new_tokens, model.config.max_seq_len - ids.size(1))
         generator = torch.Generator().manual_seed(seed)
-        seq = generate(model, ids, max(n, 0), temperature, top_k, top_p, generator)
+        seq = f.generate(model, ids, max(n, 0), temperature, top_k, top_p, generator)
         out[label] = tokenizer.decode(seq[0, ids.size(1) :])
     return out
 
@@ -62,17 +75,27 @@ def plot_side_by_side(texts: Mapping[str, str], prompt: str = "", width: int = 4
     return fig
 
 
+@reports_unwritten(TOOLKIT_FUNCTIONS)
 def side_by_side_generation(
     models: Mapping[str, torch.nn.Module],
     tokenizer,
     prompt: str = "def ",
     max_new_tokens: int = 200,
+    *,
+    fns=None,
 ):
     """Generate from two (or more) models with shared prompt, seed and sampling settings.
+
+    Args:
+        models: ``{label: model}``.
+        tokenizer: encodes the prompt, decodes the continuations.
+        prompt, max_new_tokens: the start of every text and how many tokens to add.
+        fns: your own ``generate`` in place of the toolkit's, ``fns={"generate": generate}``.
 
     Returns:
         an ``ipywidgets.VBox`` (or a placeholder when headless).
     """
+    widget_functions("side_by_side_generation", fns, TOOLKIT_FUNCTIONS)
     if not models:
         # In a notebook this means the training cell above stopped: say so in one line.
         raise NotReadyError("side_by_side_generation: no models to compare yet (`models` is "
@@ -99,6 +122,7 @@ def side_by_side_generation(
             temperature.value,
             top_k.value or None,
             seed=seed.value,
+            fns=fns,
         )
         cells = "".join(
             f"<td style='vertical-align:top;padding:4px'><b>{html.escape(label)}</b>"

@@ -9,9 +9,22 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from toolkit.generate import apply_temperature, top_k_filter, top_p_filter
-from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
+from toolkit.widgets.display import (
+    LABEL_STYLE,
+    headless_placeholder,
+    is_headless,
+    live_figure,
+    widget_functions,
+)
 
 KEPT_COLOR, CUT_COLOR = "tab:blue", "lightgrey"
+
+#: The samplers' pieces; a student's own replace them through ``fns``.
+TOOLKIT_FUNCTIONS = {
+    "apply_temperature": apply_temperature,
+    "top_k_filter": top_k_filter,
+    "top_p_filter": top_p_filter,
+}
 
 
 def next_token_distribution(
@@ -19,6 +32,8 @@ def next_token_distribution(
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
+    *,
+    fns: dict | None = None,
 ) -> dict[str, Tensor]:
     """What the samplers do to one distribution.
 
@@ -26,21 +41,24 @@ def next_token_distribution(
         logits: ``(V,)`` next-token logits.
         temperature, top_k, top_p: as in :func:`toolkit.generate.sample_next_token`
             (``top_k`` of ``None``/0 and ``top_p`` of ``None``/1 mean off).
+        fns: the student's ``apply_temperature``, ``top_k_filter`` or ``top_p_filter``,
+            by name, in place of the toolkit's.
 
     Returns:
         dict of ``(V,)`` tensors: ``probs`` (softmax after temperature, before the
         filters), ``kept`` (bool: survives top-k then top-p) and ``final`` (the
         renormalised distribution that is sampled; 0 where cut).
     """
+    f = widget_functions("next_token_distribution", fns, TOOLKIT_FUNCTIONS)
     logits = torch.as_tensor(logits).detach().float().cpu()
     if logits.dim() != 1:
         raise ValueError(f"logits must be a 1-D (V,) vector, got shape {tuple(logits.shape)}")
-    scaled = apply_temperature(logits, temperature)  # z / t
+    scaled = f.apply_temperature(logits, temperature)  # z / t
     filtered = scaled
     if top_k:
-        filtered = top_k_filter(filtered, int(top_k))
+        filtered = f.top_k_filter(filtered, int(top_k))
     if top_p is not None and top_p < 1.0:
-        filtered = top_p_filter(filtered, float(top_p))
+        filtered = f.top_p_filter(filtered, float(top_p))
     return {
         "probs": torch.softmax(scaled, dim=-1),
         "kept": torch.isfinite(filtered),
@@ -75,6 +93,7 @@ def plot_next_token_distribution(
     labels: Sequence[str] | Callable[[int], str] | None = None,
     n_show: int = 20,
     ax=None,
+    fns: dict | None = None,
 ) -> Figure:
     """Bar chart of the ``n_show`` most probable next tokens.
 
@@ -87,10 +106,11 @@ def plot_next_token_distribution(
         labels: token names, a list of ``V`` strings or a function ``id -> str``.
         n_show: how many of the most probable tokens to draw.
         ax: draw into these axes instead of a new figure.
+        fns: see :func:`next_token_distribution`.
     """
     if n_show < 1:
         raise ValueError(f"n_show must be >= 1, got {n_show}")
-    d = next_token_distribution(logits, temperature, top_k, top_p)
+    d = next_token_distribution(logits, temperature, top_k, top_p, fns=fns)
     V = d["probs"].numel()
     name = _token_labels(labels, V)
     order = torch.sort(d["probs"], descending=True, stable=True).indices[: min(n_show, V)]
@@ -137,7 +157,9 @@ def _prompt_logits(model, tokenizer, prompt: str) -> Tensor:
     return logits[0, -1]
 
 
-def sampling_playground(model=None, tokenizer=None, prompt: str = "def ", logits=None):
+def sampling_playground(
+    model=None, tokenizer=None, prompt: str = "def ", logits=None, *, fns=None
+):
     """Sliders for temperature, top-k and top-p over one next-token distribution.
 
     Args:
@@ -145,10 +167,13 @@ def sampling_playground(model=None, tokenizer=None, prompt: str = "def ", logits
             the prompt box then recomputes the logits.
         prompt: initial prompt.
         logits: alternatively a fixed ``(V,)`` logit vector (no model needed).
+        fns: your own ``apply_temperature``, ``top_k_filter`` and ``top_p_filter`` in
+            place of the toolkit's, e.g. ``fns={"top_p_filter": top_p_filter}``.
 
     Returns:
         an ``ipywidgets.VBox`` (or a placeholder when headless).
     """
+    f = widget_functions("sampling_playground", fns, TOOLKIT_FUNCTIONS)
     if model is None and logits is None:
         raise ValueError("pass a model and tokenizer, or logits")
     if model is not None and tokenizer is None:
@@ -187,10 +212,10 @@ def sampling_playground(model=None, tokenizer=None, prompt: str = "def ", logits
             if last["prompt"] != prompt:
                 last.update(prompt=prompt, logits=_prompt_logits(model, tokenizer, prompt))
             z = last["logits"]
-        return plot_next_token_distribution(z, temperature, top_k, top_p, labels=labels)
+        return plot_next_token_distribution(z, temperature, top_k, top_p, labels=labels, fns=fns)
 
     def note(**_):
         return "Order: temperature, then top-k, then top-p. The top token is never cut."
 
     c = list(controls.values())
-    return live_figure(controls, draw, note, rows=[c[:1], c[1:]])
+    return live_figure(controls, draw, note, rows=[c[:1], c[1:]], functions=f)

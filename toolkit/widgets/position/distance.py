@@ -9,7 +9,22 @@ import torch
 from matplotlib.figure import Figure
 
 from toolkit import position as P
-from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
+from toolkit.widgets.display import (
+    LABEL_STYLE,
+    headless_placeholder,
+    is_headless,
+    live_figure,
+    widget_functions,
+)
+
+#: What each widget computes with; a student's own replace them through ``fns``.
+SCORE_VS_DISTANCE_FUNCTIONS = {
+    "sinusoidal_encoding": P.sinusoidal_encoding,
+    "apply_rope": P.apply_rope,
+    "alibi_slopes": P.alibi_slopes,
+    "t5_relative_position_bucket": P.t5_relative_position_bucket,
+}
+ALIBI_FUNCTIONS = {"alibi_bias": P.alibi_bias, "alibi_slopes": P.alibi_slopes}
 
 # ---------------------------------------------------------------------------
 # Score versus distance, every scheme
@@ -23,6 +38,8 @@ def plot_score_vs_distance(
     n_heads: int = 8,
     num_buckets: int = 32,
     t5_max_distance: int = 128,
+    *,
+    fns: dict | None = None,
 ) -> Figure:
     """How each scheme's contribution to the score changes with query-key distance ``k``.
 
@@ -30,23 +47,27 @@ def plot_score_vs_distance(
     * RoPE: ``q^T R_k k / d`` for ``q = k = (1, ..., 1)``, RoFormer's long-term decay;
     * ALiBi: the bias ``-m_h k`` of each head;
     * T5: the bucket that the offset falls into (one learned scalar per bucket and head).
+
+    ``fns``: the student's ``sinusoidal_encoding``, ``apply_rope``, ``alibi_slopes`` or
+    ``t5_relative_position_bucket``, by name, in place of the toolkit's.
     """
+    f = widget_functions("plot_score_vs_distance", fns, SCORE_VS_DISTANCE_FUNCTIONS)
     if not (isinstance(max_distance, int) and max_distance >= 2):
         raise ValueError(f"max_distance must be an int >= 2, got {max_distance!r}")
     k = torch.arange(max_distance + 1)
     fig = Figure(figsize=(11, 7), layout="constrained")
     (ax_sin, ax_rope), (ax_alibi, ax_t5) = fig.subplots(2, 2)
 
-    pe = P.sinusoidal_encoding(max_distance + 1, d_head, base, dtype=torch.float64)
+    pe = f.sinusoidal_encoding(max_distance + 1, d_head, base, dtype=torch.float64)
     ax_sin.plot(k.numpy(), (pe[0] @ pe.T / (d_head / 2)).numpy(), color="tab:blue")
     ax_sin.set(xlabel="distance k", ylabel="PE(p)·PE(p+k) / (d/2)", title="sinusoidal (absolute)")
 
     ones = torch.ones(1, 1, max_distance + 1, d_head, dtype=torch.float64)
-    keys = P.apply_rope(ones, k, base=base)  # R_k (1, ..., 1)
+    keys = f.apply_rope(ones, k, base=base)  # R_k (1, ..., 1)
     ax_rope.plot(
         k.numpy(), (keys[0, 0].sum(-1) / d_head).numpy(), color="black", label=f"base {base:g}"
     )
-    keys_big = P.apply_rope(ones, k, base=base * 50)
+    keys_big = f.apply_rope(ones, k, base=base * 50)
     ax_rope.plot(
         k.numpy(),
         (keys_big[0, 0].sum(-1) / d_head).numpy(),
@@ -56,7 +77,7 @@ def plot_score_vs_distance(
     ax_rope.set(xlabel="distance k", ylabel="qᵀ R_k k / d  (q = k = 1)", title="RoPE (relative)")
     ax_rope.legend(fontsize=8)
 
-    slopes = P.alibi_slopes(n_heads)
+    slopes = f.alibi_slopes(n_heads)
     for h, m in enumerate(slopes.tolist()):
         ax_alibi.plot(
             k.numpy(),
@@ -72,7 +93,7 @@ def plot_score_vs_distance(
 
     rel = torch.arange(-max_distance, max_distance + 1)
     for bidirectional, color in ((True, "tab:purple"), (False, "tab:olive")):
-        buckets = P.t5_relative_position_bucket(rel, bidirectional, num_buckets, t5_max_distance)
+        buckets = f.t5_relative_position_bucket(rel, bidirectional, num_buckets, t5_max_distance)
         label = "bidirectional (encoder)" if bidirectional else "causal (decoder)"
         ax_t5.step(rel.numpy(), buckets.numpy(), where="mid", color=color, label=label)
     ax_t5.set(
@@ -87,8 +108,15 @@ def plot_score_vs_distance(
     return fig
 
 
-def score_vs_distance_explorer():
-    """Distance range, head size, base and ALiBi head count for :func:`plot_score_vs_distance`."""
+def score_vs_distance_explorer(*, fns=None):
+    """Distance range, head size, base and ALiBi head count for :func:`plot_score_vs_distance`.
+
+    Args:
+        fns: your own functions in place of the toolkit's, by name:
+            ``sinusoidal_encoding``, ``apply_rope``, ``alibi_slopes``,
+            ``t5_relative_position_bucket``; e.g. ``fns={"apply_rope": apply_rope}``.
+    """
+    f = widget_functions("score_vs_distance_explorer", fns, SCORE_VS_DISTANCE_FUNCTIONS)
     if is_headless():
         return headless_placeholder("score_vs_distance_explorer")
     import ipywidgets as w
@@ -107,7 +135,10 @@ def score_vs_distance_explorer():
             style=LABEL_STYLE, value=8, min=1, max=16, description="ALiBi heads"
         ),
     }
-    return live_figure(controls, plot_score_vs_distance, tight=True)
+    def draw(**values):
+        return plot_score_vs_distance(**values, fns=fns)
+
+    return live_figure(controls, draw, tight=True, functions=f)
 
 
 # ---------------------------------------------------------------------------
@@ -115,14 +146,18 @@ def score_vs_distance_explorer():
 # ---------------------------------------------------------------------------
 
 
-def plot_alibi_heads(n_heads: int = 8, seq_len: int = 12, causal: bool = True) -> Figure:
+def plot_alibi_heads(
+    n_heads: int = 8, seq_len: int = 12, causal: bool = True, *, fns: dict | None = None
+) -> Figure:
     """ALiBi's bias matrix ``-m_h (i - j)`` for every head, on one colour scale.
 
     Masked cells (the future, in the causal case) are left blank. Steep heads
     (large ``m``) only look at the last few tokens; shallow heads see far back.
+    ``fns``: the student's ``alibi_bias`` and ``alibi_slopes`` in place of the toolkit's.
     """
-    bias = P.alibi_bias(n_heads, seq_len, causal=causal)  # (H, T, T), -inf = masked
-    slopes = P.alibi_slopes(n_heads)
+    f = widget_functions("plot_alibi_heads", fns, ALIBI_FUNCTIONS)
+    bias = f.alibi_bias(n_heads, seq_len, causal=causal)  # (H, T, T), -inf = masked
+    slopes = f.alibi_slopes(n_heads)
     shown = bias.masked_fill(torch.isinf(bias), float("nan"))
     vmin = float(torch.nan_to_num(shown, nan=0.0).min())
     ncols = min(4, n_heads)
@@ -148,8 +183,14 @@ def plot_alibi_heads(n_heads: int = 8, seq_len: int = 12, causal: bool = True) -
     return fig
 
 
-def alibi_explorer():
-    """Head-count and length sliders plus a causal toggle for :func:`plot_alibi_heads`."""
+def alibi_explorer(*, fns=None):
+    """Head-count and length sliders plus a causal toggle for :func:`plot_alibi_heads`.
+
+    Args:
+        fns: your own ``alibi_bias`` and ``alibi_slopes`` in place of the toolkit's, e.g.
+            ``fns={"alibi_bias": alibi_bias, "alibi_slopes": alibi_slopes}``.
+    """
+    f = widget_functions("alibi_explorer", fns, ALIBI_FUNCTIONS)
     if is_headless():
         return headless_placeholder("alibi_explorer")
     import ipywidgets as w
@@ -169,7 +210,10 @@ def alibi_explorer():
                 f"{n_heads} is not a power of two: the {n_pow2} slopes for {n_pow2} heads, then "
                 f"every other slope of the {2 * n_pow2}-head sequence ({n_heads - n_pow2} more)."
             )
-        slopes = ", ".join(f"{m:.3g}" for m in P.alibi_slopes(n_heads).tolist())
+        slopes = ", ".join(f"{m:.3g}" for m in f.alibi_slopes(n_heads).tolist())
         return f"{rule}<br>slopes: {slopes}"
 
-    return live_figure(controls, plot_alibi_heads, note, tight=True)
+    def draw(**values):
+        return plot_alibi_heads(**values, fns=fns)
+
+    return live_figure(controls, draw, note, tight=True, functions=f)

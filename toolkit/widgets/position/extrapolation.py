@@ -9,8 +9,21 @@ import torch
 from matplotlib.figure import Figure
 
 from toolkit import position as P
-from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
-from toolkit.widgets.position.rope import METHOD_COLORS, _scaled_spectra
+from toolkit.widgets.display import (
+    LABEL_STYLE,
+    headless_placeholder,
+    is_headless,
+    live_figure,
+    widget_functions,
+)
+from toolkit.widgets.position.rope import METHOD_COLORS, SPECTRUM_FUNCTIONS, _scaled_spectra
+
+#: What the widget computes with; a student's own replace them through ``fns``.
+TOOLKIT_FUNCTIONS = {
+    **SPECTRUM_FUNCTIONS,
+    "yarn_band_ratios": P.yarn_band_ratios,
+    "apply_rope": P.apply_rope,
+}
 
 
 def _unseen_angle_fraction(
@@ -32,6 +45,8 @@ def plot_train_short_test_long(
     d_head: int = 32,
     base: float = 10000.0,
     seed: int = 0,
+    *,
+    fns: dict | None = None,
 ) -> Figure:
     """A RoPE head trained on ``train_len`` tokens, evaluated on ``scale * train_len``.
 
@@ -46,13 +61,18 @@ def plot_train_short_test_long(
     bands); NTK and YaRN keep fast bands and interpolate slow ones.
     Learned absolute positions have no row at all beyond ``train_len`` (an error),
     and ALiBi simply extends its straight lines.
+
+    ``fns``: the student's ``rope_inv_freq``, ``rope_inv_freq_linear``,
+    ``rope_inv_freq_ntk``, ``yarn_inv_freq_and_temperature``, ``yarn_band_ratios`` or
+    ``apply_rope``, by name, in place of the toolkit's.
     """
+    f = widget_functions("plot_train_short_test_long", fns, TOOLKIT_FUNCTIONS)
     if not (isinstance(train_len, int) and train_len >= 8):
         raise ValueError(f"train_len must be an int >= 8, got {train_len!r}")
     test_len = int(round(scale * train_len))
-    spectra = _scaled_spectra(d_head, base, scale, train_len)
-    _, mscale = P.yarn_inv_freq_and_temperature(d_head, base, scale, train_len)
-    slow = P.yarn_band_ratios(d_head, base, train_len) < 1  # < 1 turn during training
+    spectra = _scaled_spectra(f, d_head, base, scale, train_len)
+    _, mscale = f.yarn_inv_freq_and_temperature(d_head, base, scale, train_len)
+    slow = f.yarn_band_ratios(d_head, base, train_len) < 1  # < 1 turn during training
     if not bool(slow.any()):
         slow = torch.arange(d_head // 2) >= (3 * d_head) // 8  # fall back: slowest quarter
     features = torch.cat((slow, slow)).double()  # "half" layout: pair i = (i, i + d/2)
@@ -64,7 +84,7 @@ def plot_train_short_test_long(
     ax_score, ax_bands = fig.subplots(1, 2)
     ax_score.axvspan(0, train_len, color="0.9", label="training length")
     for name, inv in spectra.items():
-        keys = P.apply_rope(k.expand(1, 1, test_len, d_head), dist, inv_freq=inv)
+        keys = f.apply_rope(k.expand(1, 1, test_len, d_head), dist, inv_freq=inv)
         score = (keys[0, 0] @ q[0, 0, 0]) / math.sqrt(d_head)  # q^T R_k k / sqrt(d)
         if name == "YaRN":
             score = score * mscale**2  # temperature on q and k: logits times its square
@@ -113,8 +133,15 @@ def plot_train_short_test_long(
     return fig
 
 
-def train_short_test_long_explorer():
-    """Scale and training-length sliders for :func:`plot_train_short_test_long`."""
+def train_short_test_long_explorer(*, fns=None):
+    """Scale and training-length sliders for :func:`plot_train_short_test_long`.
+
+    Args:
+        fns: your own functions in place of the toolkit's, by name: ``rope_inv_freq``,
+            ``rope_inv_freq_linear``, ``rope_inv_freq_ntk``,
+            ``yarn_inv_freq_and_temperature``, ``yarn_band_ratios``, ``apply_rope``.
+    """
+    f = widget_functions("train_short_test_long_explorer", fns, TOOLKIT_FUNCTIONS)
     if is_headless():
         return headless_placeholder("train_short_test_long_explorer")
     import ipywidgets as w
@@ -128,4 +155,7 @@ def train_short_test_long_explorer():
         ),
         "seed": w.IntSlider(style=LABEL_STYLE, value=0, min=0, max=20, description="seed"),
     }
-    return live_figure(controls, plot_train_short_test_long, tight=True)
+    def draw(**values):
+        return plot_train_short_test_long(**values, fns=fns)
+
+    return live_figure(controls, draw, tight=True, functions=f)

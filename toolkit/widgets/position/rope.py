@@ -8,7 +8,13 @@ import torch
 from matplotlib.figure import Figure
 
 from toolkit import position as P
-from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
+from toolkit.widgets.display import (
+    LABEL_STYLE,
+    headless_placeholder,
+    is_headless,
+    live_figure,
+    widget_functions,
+)
 
 METHOD_COLORS = {
     "RoPE": "black",
@@ -18,16 +24,26 @@ METHOD_COLORS = {
     "dynamic NTK": "tab:purple",
 }
 
+#: What each widget computes with; a student's own replace them through ``fns``.
+SPECTRUM_FUNCTIONS = {
+    "rope_inv_freq": P.rope_inv_freq,
+    "rope_inv_freq_linear": P.rope_inv_freq_linear,
+    "rope_inv_freq_ntk": P.rope_inv_freq_ntk,
+    "yarn_inv_freq_and_temperature": P.yarn_inv_freq_and_temperature,
+}
+ROTATION_FUNCTIONS = {"apply_rope": P.apply_rope, "rope_inv_freq": P.rope_inv_freq}
+
 
 def _scaled_spectra(
-    d_head: int, base: float, scale: float, train_len: int, beta_fast=32, beta_slow=1
+    f, d_head: int, base: float, scale: float, train_len: int, beta_fast=32, beta_slow=1
 ) -> dict:
-    """Angular speeds (float64) of plain RoPE and of each extension method."""
-    yarn, _ = P.yarn_inv_freq_and_temperature(d_head, base, scale, train_len, beta_fast, beta_slow)
+    """Angular speeds (float64) of plain RoPE and of each extension method, computed with
+    the functions of ``f`` (:func:`~toolkit.widgets.display.widget_functions`)."""
+    yarn, _ = f.yarn_inv_freq_and_temperature(d_head, base, scale, train_len, beta_fast, beta_slow)
     return {
-        "RoPE": P.rope_inv_freq(d_head, base, dtype=torch.float64),
-        "PI": P.rope_inv_freq_linear(d_head, base, scale, dtype=torch.float64),
-        "NTK": P.rope_inv_freq_ntk(d_head, base, scale, dtype=torch.float64),
+        "RoPE": f.rope_inv_freq(d_head, base, dtype=torch.float64),
+        "PI": f.rope_inv_freq_linear(d_head, base, scale, dtype=torch.float64),
+        "NTK": f.rope_inv_freq_ntk(d_head, base, scale, dtype=torch.float64),
         "YaRN": yarn.double(),
     }
 
@@ -44,6 +60,8 @@ def plot_rope_spectrum(
     original_max_position_embeddings: int = 2048,
     beta_fast: float = 32,
     beta_slow: float = 1,
+    *,
+    fns: dict | None = None,
 ) -> Figure:
     """Per-band wavelength of RoPE and its PI / NTK / YaRN rescalings.
 
@@ -51,11 +69,14 @@ def plot_rope_spectrum(
     the training length ``L`` and the target length ``s L`` as horizontal lines.
     Bands below ``L / beta_fast`` turn many times within the training context; bands
     above ``L / beta_slow`` not even once. Right: ``theta'_i / theta_i``, 1 for an
-    untouched band and ``1/s`` for a fully interpolated one.
+    untouched band and ``1/s`` for a fully interpolated one. ``fns``: the student's
+    ``rope_inv_freq``, ``rope_inv_freq_linear``, ``rope_inv_freq_ntk`` or
+    ``yarn_inv_freq_and_temperature``, by name, in place of the toolkit's.
     """
+    f = widget_functions("plot_rope_spectrum", fns, SPECTRUM_FUNCTIONS)
     L = original_max_position_embeddings
-    spectra = _scaled_spectra(d_head, base, scale, L, beta_fast, beta_slow)
-    _, mscale = P.yarn_inv_freq_and_temperature(d_head, base, scale, L, beta_fast, beta_slow)
+    spectra = _scaled_spectra(f, d_head, base, scale, L, beta_fast, beta_slow)
+    _, mscale = f.yarn_inv_freq_and_temperature(d_head, base, scale, L, beta_fast, beta_slow)
     bands = range(d_head // 2)
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     ax_wave, ax_ratio = fig.subplots(1, 2)
@@ -95,8 +116,15 @@ def plot_rope_spectrum(
     return fig
 
 
-def rope_spectrum_explorer():
-    """Scale, base, head size and training length sliders for :func:`plot_rope_spectrum`."""
+def rope_spectrum_explorer(*, fns=None):
+    """Scale, base, head size and training length sliders for :func:`plot_rope_spectrum`.
+
+    Args:
+        fns: your own functions in place of the toolkit's, by name: ``rope_inv_freq``,
+            ``rope_inv_freq_linear``, ``rope_inv_freq_ntk``,
+            ``yarn_inv_freq_and_temperature``; e.g. ``fns={"rope_inv_freq": rope_inv_freq}``.
+    """
+    f = widget_functions("rope_spectrum_explorer", fns, SPECTRUM_FUNCTIONS)
     if is_headless():
         return headless_placeholder("rope_spectrum_explorer")
     import ipywidgets as w
@@ -128,7 +156,10 @@ def rope_spectrum_explorer():
             f"multiplies q and k by 0.1 ln s + 1 = {0.1 * math.log(scale) + 1:.3f}."
         )
 
-    return live_figure(controls, plot_rope_spectrum, note, tight=True)
+    def draw(**values):
+        return plot_rope_spectrum(**values, fns=fns)
+
+    return live_figure(controls, draw, note, tight=True, functions=f)
 
 
 # ---------------------------------------------------------------------------
@@ -142,13 +173,17 @@ def plot_rope_rotation(
     d_head: int = 16,
     base: float = 10000.0,
     layout: str = "half",
+    *,
+    fns: dict | None = None,
 ) -> Figure:
     """One feature pair of a fixed vector as it is rotated for positions ``0 .. position``.
 
-    The rotation is computed with :func:`toolkit.position.apply_rope` on a vector whose
+    The rotation is computed with :func:`toolkit.position.apply_rope` (or the student's,
+    ``fns={"apply_rope": ...}``, with their ``rope_inv_freq`` likewise) on a vector whose
     only non-zero entries are the two members of the chosen pair. Right panel: the
     cosine of every band's angle at the current position (fast bands on the left).
     """
+    f = widget_functions("plot_rope_rotation", fns, ROTATION_FUNCTIONS)
     if not (isinstance(position, int) and 0 <= position <= 100_000):
         raise ValueError(f"position must be an int in [0, 100000], got {position!r}")
     if not (isinstance(pair_index, int) and 0 <= pair_index < d_head // 2):
@@ -162,11 +197,11 @@ def plot_rope_rotation(
     x = torch.zeros(1, 1, 1, d_head, dtype=torch.float64)
     x[..., a], x[..., b] = 1.0, 0.35
     positions = torch.arange(position + 1)
-    rotated = P.apply_rope(
+    rotated = f.apply_rope(
         x.expand(1, 1, position + 1, d_head), positions, base=base, layout=layout
     )
     pts = rotated[0, 0][:, [a, b]]  # (position+1, 2)
-    theta = P.rope_inv_freq(d_head, base, dtype=torch.float64)
+    theta = f.rope_inv_freq(d_head, base, dtype=torch.float64)
 
     fig = Figure(figsize=(10, 4.5), layout="constrained")
     ax, ax_all = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.3]})
@@ -215,8 +250,14 @@ def plot_rope_rotation(
     return fig
 
 
-def rope_rotation_explorer():
-    """A position slider (with a play button) and a pair selector for :func:`plot_rope_rotation`."""
+def rope_rotation_explorer(*, fns=None):
+    """A position slider (with a play button) and a pair selector for :func:`plot_rope_rotation`.
+
+    Args:
+        fns: your own ``apply_rope`` and ``rope_inv_freq`` in place of the toolkit's, e.g.
+            ``fns={"apply_rope": apply_rope, "rope_inv_freq": rope_inv_freq}``.
+    """
+    f = widget_functions("rope_rotation_explorer", fns, ROTATION_FUNCTIONS)
     if is_headless():
         return headless_placeholder("rope_rotation_explorer")
     import ipywidgets as w
@@ -237,7 +278,8 @@ def rope_rotation_explorer():
     w.jslink((play, "value"), (controls["position"], "value"))
     return live_figure(
         controls,
-        lambda **values: plot_rope_rotation(d_head=d_head, **values),
+        lambda **values: plot_rope_rotation(d_head=d_head, **values, fns=fns),
         rows=[[play, *controls.values()]],
         tight=True,
+        functions=f,
     )

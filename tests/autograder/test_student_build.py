@@ -1,0 +1,122 @@
+"""The student toolkit, installed in a fresh virtual environment: graded functions are stubs
+that name their assignment, and every widget still builds (and says what it needs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from autograder.course import AssignmentSpec
+from autograder.student_build import build_student_toolkit, graded_names
+
+pytestmark = pytest.mark.slow
+
+ASSIGNMENTS = Path(__file__).resolve().parents[2] / "assignments"
+
+# Runs inside the fresh venv: what the student's toolkit does with a graded function and
+# with each widget builder (TOOLKIT_HEADLESS unset, so every builder really draws).
+PROBE = textwrap.dedent("""
+    import json, types
+    import matplotlib
+    matplotlib.use("Agg")
+    import ipywidgets as w
+    import torch
+    import toolkit
+    import toolkit.widgets
+    from toolkit.attention import scaled_dot_product_attention
+    from toolkit.data import ByteTokenizer
+
+    try:
+        q = torch.ones(1, 2, 4)
+        scaled_dot_product_attention(q, q, q)
+        stub = None
+    except NotImplementedError as error:
+        stub = str(error)
+
+    def walk(widget):
+        yield widget
+        for child in getattr(widget, "children", ()):
+            yield from walk(child)
+
+    # GPT is itself a stub here; the comparison stops at `generate`, before any model runs.
+    model = torch.nn.Module()
+    model.config = types.SimpleNamespace(max_seq_len=16)
+    arguments = {
+        "sampling_playground": {"logits": torch.linspace(2.0, -2.0, 12)},
+        "side_by_side_generation": {"models": {"a": model}, "tokenizer": ByteTokenizer()},
+    }
+    shown = {}
+    for package, names in toolkit.widgets.BUILDERS.items():
+        module = __import__(f"toolkit.widgets.{package}", fromlist=["_"])
+        for name in names:
+            widget = getattr(module, name)(**arguments.get(name, {}))
+            parts = list(walk(widget))
+            shown[name] = {
+                "drawn": any(isinstance(p, w.Image) and p.value and p.layout.display != "none"
+                             for p in parts),
+                "says": [p.value for p in parts if isinstance(p, w.HTML)
+                         and "is not written yet" in p.value],
+            }
+    print(json.dumps({"toolkit": toolkit.__file__, "stub": stub, "shown": shown}))
+""")
+
+
+@pytest.fixture(scope="module")
+def student_venv(tmp_path_factory):
+    """A venv without pip whose only own package is the student wheel; torch, ipywidgets
+    and the rest come from the project's venv through a .pth line (a path line loads no
+    editable-install finder, so ``toolkit`` can only be the wheel's)."""
+    root = tmp_path_factory.mktemp("student")
+    wheel = build_student_toolkit(root / "wheel", ASSIGNMENTS)
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True).stdout.strip()
+    Path(site, "project-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+                    "--no-deps", "--no-index", str(wheel)], check=True)
+    return wheel, python, Path(site)
+
+
+def test_the_wheel_holds_the_toolkit_only(student_venv):
+    wheel, _, _ = student_venv
+    top = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert "toolkit" in top and not top & {"autograder", "assignments", "tests"}
+
+
+def test_graded_functions_are_stubs_and_every_widget_builds(student_venv, tmp_path):
+    _, python, site = student_venv
+    env = {k: v for k, v in os.environ.items() if k not in ("TOOLKIT_HEADLESS", "PYTHONPATH")}
+    done = subprocess.run([python, "-c", PROBE], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert Path(result["toolkit"]).is_relative_to(site)  # the wheel's, not the checkout's
+    assert result["stub"].startswith(
+        "`scaled_dot_product_attention` is not written yet (assignment 01-attention)")
+
+    stubbed = set().union(*(graded_names(AssignmentSpec.load(name, ASSIGNMENTS))
+                            for name in ("01-attention", "02-positional",
+                                         "03-efficient-attention", "06-beyond-attention",
+                                         "07-capstone")))
+    for name, shown in result["shown"].items():
+        if shown["drawn"]:
+            assert not shown["says"], name
+            continue
+        # No figure: one line naming a function the wheel leaves out, and its assignment.
+        (says,) = shown["says"]
+        missing = says.split("needs <code>")[1].split("</code>")[0]
+        assert missing in stubbed and "(assignment 0" in says, (name, says)
+    drawn = {name for name, shown in result["shown"].items() if shown["drawn"]}
+    assert drawn == {"online_softmax_stepper", "attention_memory_explorer"}  # no exercise
