@@ -89,9 +89,10 @@ def _stack(layout: str, pre_ln_block: type, n_layers: int, d_model: int, n_heads
     rng = torch.random.get_rng_state()
     torch.manual_seed(seed)  # the same initial weights for every run with this seed
     block = pre_ln_block if layout == "pre" else PostLNBlock
-    model = DeepStack(block, n_layers, d_model, n_heads, final_norm=layout == "pre")
-    torch.random.set_rng_state(rng)  # leave the caller's random stream alone
-    return model
+    try:
+        return DeepStack(block, n_layers, d_model, n_heads, final_norm=layout == "pre")
+    finally:
+        torch.random.set_rng_state(rng)  # leave the caller's random stream alone
 
 
 def layer_scales(

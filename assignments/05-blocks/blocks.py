@@ -433,7 +433,7 @@ print("✓ gated feed-forward passes the visible checks")
 # through); change the token and a different set of units opens. It uses your class.
 
 # %% tags=["skip-grading"]
-glu_gate_explorer(ffn_class=GatedFeedForward)
+glu_gate_explorer(fns={"GatedFeedForward": GatedFeedForward})
 
 # %% [markdown]
 # ## 3. The residual stream: Post-LN and Pre-LN
@@ -650,7 +650,7 @@ print("✓ PreLNBlock and EncoderStack pass the visible checks")
 # changes with depth.
 
 # %% tags=["skip-grading"]
-layer_scale_explorer(pre_ln_block=PreLNBlock)
+layer_scale_explorer(fns={"PreLNBlock": PreLNBlock})
 
 # %% [markdown]
 # Now train. The task needs attention: **sort** a sequence of 16 digits (each output
@@ -1029,7 +1029,7 @@ print("✓ MaskedLMDataset passes the visible checks")
 # the recipe. Try other probabilities and a sentence full of unknown words.
 
 # %% tags=["skip-grading"]
-mlm_masking_playground(mask_fn=mask_tokens)
+mlm_masking_playground(fns={"mask_tokens": mask_tokens})
 
 # %% [markdown]
 # ## 6. Distillation
@@ -1168,7 +1168,7 @@ print("✓ distillation passes the visible checks")
 # grows, and your soft loss with and without the $T^2$ (right).
 
 # %% tags=["skip-grading"]
-temperature_explorer(loss_fn=soft_target_loss)
+temperature_explorer(fns={"soft_target_loss": soft_target_loss})
 
 # %% [markdown]
 # ## 7. Pre-train a tiny BERT and hand it in

@@ -46,6 +46,12 @@ BUILDERS = {
         "online_softmax_stepper",
         "attention_memory_explorer",
     ),
+    "blocks": (
+        "layer_scale_explorer",
+        "glu_gate_explorer",
+        "mlm_masking_playground",
+        "temperature_explorer",
+    ),
     "beyond": (
         "router_load_explorer",
         "ssm_kernel_explorer",

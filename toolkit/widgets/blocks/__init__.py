@@ -17,10 +17,12 @@ Modules, in reading order: :mod:`~toolkit.widgets.blocks.layers`,
 :mod:`~toolkit.widgets.blocks.gates`, :mod:`~toolkit.widgets.blocks.masking`,
 :mod:`~toolkit.widgets.blocks.distillation`.
 
-Builders take the student's class or function where one is shown
-(``layer_scale_explorer(pre_ln_block=PreLNBlock)``, ``glu_gate_explorer(ffn_class=...)``,
-``mlm_masking_playground(mask_fn=...)``, ``temperature_explorer(loss_fn=...)``) and
-redraw with :func:`toolkit.widgets.display.live_figure`. Every builder has a pure
+Builders draw with the student's own class or function, given by its toolkit name
+(``layer_scale_explorer(fns={"PreLNBlock": PreLNBlock})``, ``glu_gate_explorer(
+fns={"GatedFeedForward": GatedFeedForward})``, ``mlm_masking_playground(
+fns={"mask_tokens": mask_tokens})``, ``temperature_explorer(fns={"soft_target_loss":
+soft_target_loss})``), redraw with :func:`toolkit.widgets.display.live_figure`, and show
+which exercise is missing while one is not written yet. Every builder has a pure
 ``plot_*`` function returning a ``matplotlib.figure.Figure`` (tests render them with
 Agg). With ``TOOLKIT_HEADLESS=1`` builders return a placeholder and draw nothing.
 """

@@ -16,12 +16,20 @@ from matplotlib.figure import Figure
 
 from toolkit.arguments import check_temperature
 from toolkit.distill import soft_target_loss
-from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
+from toolkit.widgets.display import (
+    LABEL_STYLE,
+    headless_placeholder,
+    is_headless,
+    live_figure,
+    widget_functions,
+)
 
 #: A made-up next-word example: "the cat sat on the ___".
 EXAMPLE_WORDS = ("mat", "floor", "sofa", "roof", "table", "moon", "idea", "seven")
 TEACHER_LOGITS = (6.0, 4.6, 4.1, 3.0, 2.7, 0.5, -1.0, -2.0)
 STUDENT_LOGITS = (3.0, 3.2, 1.0, 2.5, 0.5, 1.5, 0.0, -0.5)
+#: The soft loss the slider plots; a student's own replaces it through ``fns``.
+TOOLKIT_FUNCTIONS = {"soft_target_loss": soft_target_loss}
 
 
 def plot_soft_targets(teacher_logits, student_logits, temperature: float,
@@ -61,16 +69,17 @@ def plot_soft_targets(teacher_logits, student_logits, temperature: float,
     return fig
 
 
-def temperature_explorer(loss_fn: Callable = soft_target_loss, teacher_logits=TEACHER_LOGITS,
-                         student_logits=STUDENT_LOGITS, words: Sequence[str] = EXAMPLE_WORDS):
+def temperature_explorer(teacher_logits=TEACHER_LOGITS, student_logits=STUDENT_LOGITS,
+                         words: Sequence[str] = EXAMPLE_WORDS, *, fns=None):
     """A temperature slider over :func:`plot_soft_targets`.
 
     Args:
-        loss_fn: ``loss_fn(student_logits, teacher_logits, T)`` returning ``T^2 KL``:
-            yours, or :func:`toolkit.distill.soft_target_loss`. A function that cannot run
-            yet raises here.
         teacher_logits, student_logits, words: the example (default: "the cat sat on the").
+        fns: your own soft loss in place of the toolkit's, called as
+            ``soft_target_loss(student_logits, teacher_logits, T)`` and returning
+            ``T^2 KL``: ``fns={"soft_target_loss": soft_target_loss}``.
     """
+    f = widget_functions("temperature_explorer", fns, TOOLKIT_FUNCTIONS)
     if is_headless():
         return headless_placeholder("temperature_explorer")
     import ipywidgets as w
@@ -81,6 +90,7 @@ def temperature_explorer(loss_fn: Callable = soft_target_loss, teacher_logits=TE
     }
 
     def draw(temperature):
-        return plot_soft_targets(teacher_logits, student_logits, temperature, words, loss_fn)
+        return plot_soft_targets(teacher_logits, student_logits, temperature, words,
+                                 f.soft_target_loss)
 
-    return live_figure(controls, draw)
+    return live_figure(controls, draw, functions=f)

@@ -17,11 +17,19 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from toolkit.ffn import GatedFeedForward
-from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
+from toolkit.widgets.display import (
+    LABEL_STYLE,
+    headless_placeholder,
+    is_headless,
+    live_figure,
+    widget_functions,
+)
 
 GATE_ACTIVATIONS = ("silu", "gelu", "relu", "sigmoid")
 #: How many fixed random input vectors ("tokens") the explorer offers.
 N_TOKENS = 6
+#: The gated network the explorer runs; a student's own replaces it through ``fns``.
+TOOLKIT_FUNCTIONS = {"GatedFeedForward": GatedFeedForward}
 
 
 def gate_example(ffn_class: type = GatedFeedForward, activation: str = "silu", token: int = 0,
@@ -74,18 +82,20 @@ def plot_glu_gates(example: Mapping[str, Tensor], title: str = "") -> Figure:
     return fig
 
 
-def glu_gate_explorer(ffn_class: type = GatedFeedForward):
+def glu_gate_explorer(*, fns=None):
     """Activation, input token and input scale controls over :func:`plot_glu_gates`.
 
     Args:
-        ffn_class: a gated FFN class called as ``ffn_class(d_model, d_ff, activation)``
-            with ``gate_proj``, ``up_proj`` and ``act`` (yours, or the toolkit's).
+        fns: your own gated FFN class in place of the toolkit's, called as
+            ``GatedFeedForward(d_model, d_ff, activation)`` and read through its
+            ``gate_proj``, ``up_proj`` and ``act``: ``fns={"GatedFeedForward":
+            GatedFeedForward}``.
     """
+    f = widget_functions("glu_gate_explorer", fns, TOOLKIT_FUNCTIONS)
     if is_headless():
         return headless_placeholder("glu_gate_explorer")
     import ipywidgets as w
 
-    gate_example(ffn_class)  # a class that cannot run yet fails here, with its own error
     controls = {
         "activation": w.Dropdown(style=LABEL_STYLE, options=list(GATE_ACTIVATIONS),
                                  value="silu", description="gate activation"),
@@ -96,8 +106,8 @@ def glu_gate_explorer(ffn_class: type = GatedFeedForward):
     }
 
     def draw(activation, token, scale):
-        example = gate_example(ffn_class, activation, token, scale)
+        example = gate_example(f.GatedFeedForward, activation, token, scale)
         return plot_glu_gates(
             example, f"{activation} gate, token {token}, |x| scaled by {scale:.2g}")
 
-    return live_figure(controls, draw)
+    return live_figure(controls, draw, functions=f)

@@ -23,9 +23,17 @@ from torch import Tensor
 
 from toolkit.residual import PreLNBlock
 from toolkit.warmup import VOCAB_SIZE, layer_scales
-from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
+from toolkit.widgets.display import (
+    LABEL_STYLE,
+    headless_placeholder,
+    is_headless,
+    live_figure,
+    widget_functions,
+)
 
 LAYOUT_COLORS = {"Post-LN": "tab:red", "Pre-LN": "tab:blue"}
+#: The Pre-LN block the explorer measures; a student's own replaces it through ``fns``.
+TOOLKIT_FUNCTIONS = {"PreLNBlock": PreLNBlock}
 
 
 def plot_layer_scales(scales: Mapping[str, Mapping[str, Tensor]], title: str = "") -> Figure:
@@ -70,16 +78,17 @@ def plot_layer_scales_at_init(n_layers: int = 12, d_model: int = 64, *,
     return plot_layer_scales(scales, f"{n_layers} blocks, d_model = {d_model}, at initialisation")
 
 
-def layer_scale_explorer(pre_ln_block: type = PreLNBlock):
+def layer_scale_explorer(*, fns=None):
     """Depth and width controls over :func:`plot_layer_scales_at_init`.
 
     Args:
-        pre_ln_block: the Pre-LN block class to measure (yours, or the toolkit's), called
-            as ``pre_ln_block(d_model, n_heads)``.
+        fns: your own Pre-LN block class in place of the toolkit's, called as
+            ``PreLNBlock(d_model, n_heads)``: ``fns={"PreLNBlock": PreLNBlock}``.
 
     Returns:
         an ``ipywidgets.VBox`` (a placeholder when headless).
     """
+    f = widget_functions("layer_scale_explorer", fns, TOOLKIT_FUNCTIONS)
     if is_headless():
         return headless_placeholder("layer_scale_explorer")
     import ipywidgets as w
@@ -91,9 +100,9 @@ def layer_scale_explorer(pre_ln_block: type = PreLNBlock):
     }
 
     def draw(n_layers, d_model):
-        return plot_layer_scales_at_init(n_layers, d_model, pre_ln_block=pre_ln_block)
+        return plot_layer_scales_at_init(n_layers, d_model, pre_ln_block=f.PreLNBlock)
 
-    return live_figure(controls, draw)
+    return live_figure(controls, draw, functions=f)
 
 
 def _smooth(values: Sequence[float], window: int) -> list[float]:

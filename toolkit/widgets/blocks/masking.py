@@ -21,11 +21,19 @@ from torch import Tensor
 
 from toolkit.data import load_text
 from toolkit.mlm import IGNORE_INDEX, WordVocab, mask_tokens, pair_inputs
-from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
+from toolkit.widgets.display import (
+    LABEL_STYLE,
+    headless_placeholder,
+    is_headless,
+    live_figure,
+    widget_functions,
+)
 
 OUTCOMES = ("special", "not selected", "[MASK]", "random", "unchanged")
 OUTCOME_COLORS = {"special": "lightgrey", "not selected": "white", "[MASK]": "tab:orange",
                   "random": "tab:red", "unchanged": "tab:green"}
+#: The masking function the playground calls; a student's own replaces it through ``fns``.
+TOOLKIT_FUNCTIONS = {"mask_tokens": mask_tokens}
 DEFAULT_SENTENCE = "def mean(data): return sum(data) / len(data) if data else 0.0"
 
 
@@ -141,24 +149,25 @@ def masking_example(sentence: str, mask_fn: Callable = mask_tokens,
             outcomes, shares)
 
 
-def mlm_masking_playground(mask_fn: Callable = mask_tokens, sentence: str = DEFAULT_SENTENCE,
-                           vocab: WordVocab | None = None):
-    """A sentence, a seed and a probability; shows what ``mask_fn`` does to each token.
+def mlm_masking_playground(sentence: str = DEFAULT_SENTENCE, vocab: WordVocab | None = None,
+                           *, fns=None):
+    """A sentence, a seed and a probability; shows what ``mask_tokens`` does to each token.
 
     Args:
-        mask_fn: called as ``mask_fn(input_ids, special_ids, mask_token_id, vocab_size,
-            mlm_probability, generator=...)``, returning ``(inputs, labels)``: yours, or
-            :func:`toolkit.mlm.mask_tokens`. A function that cannot run yet raises here;
-            one that raises later (on another setting) shows its error in the figure.
         sentence: the initial text (words missing from the vocabulary become ``[UNK]``).
         vocab: default: the course corpus's vocabulary.
+        fns: your own masking function in place of the toolkit's, called as
+            ``mask_tokens(input_ids, special_ids, mask_token_id, vocab_size,
+            mlm_probability, generator=...)`` and returning ``(inputs, labels)``:
+            ``fns={"mask_tokens": mask_tokens}``. An error it raises on some setting is
+            shown in place of the figure.
     """
+    f = widget_functions("mlm_masking_playground", fns, TOOLKIT_FUNCTIONS)
     if is_headless():
         return headless_placeholder("mlm_masking_playground")
     import ipywidgets as w
 
     vocab = course_vocab() if vocab is None else vocab
-    masking_example(sentence, mask_fn, vocab, draws=1)  # fails here if mask_fn cannot run
     controls = {
         "sentence": w.Text(style=LABEL_STYLE, value=sentence, description="sentence",
                            layout=w.Layout(width="70%")),
@@ -170,8 +179,10 @@ def mlm_masking_playground(mask_fn: Callable = mask_tokens, sentence: str = DEFA
 
     def draw(sentence, seed, mlm_probability):
         try:
-            tokens, new, outcomes, shares = masking_example(sentence or ".", mask_fn, vocab,
-                                                            seed, mlm_probability)
+            tokens, new, outcomes, shares = masking_example(sentence or ".", f.mask_tokens,
+                                                            vocab, seed, mlm_probability)
+        except NotImplementedError:
+            raise  # not written yet: live_figure says which exercise
         except Exception as exc:  # a student's function that fails on this setting
             last["note"] = ""
             return message_figure(f"your masking function raised {type(exc).__name__}: {exc}")
@@ -181,4 +192,5 @@ def mlm_masking_playground(mask_fn: Callable = mask_tokens, sentence: str = DEFA
         return plot_mlm_masking(tokens, new, outcomes, shares)
 
     c = list(controls.values())
-    return live_figure(controls, draw, lambda **_: last["note"], rows=[c[:1], c[1:]])
+    return live_figure(controls, draw, lambda **_: last["note"], rows=[c[:1], c[1:]],
+                       functions=f)
