@@ -187,9 +187,12 @@ class Course:
         self.build_lectures()
 
     def build_lectures(self) -> list[Path]:
-        """The outline's lectures as notebooks in ``lectures/``, and its README as the
-        workspace's ``README.md``. A lecture notebook edited after it was built (newer than
-        its source) is kept as it is."""
+        """The outline's lectures as notebooks in ``lectures/`` (see
+        :func:`autograder.outline.lecture_notebook`), and its README as the workspace's
+        ``README.md``. A lecture notebook edited after it was built (newer than its
+        source) is kept as it is."""
+        from .outline import lecture_notebook
+
         outline = self.outline()
         built = []
         for lecture in outline.lectures:
@@ -199,10 +202,7 @@ class Course:
                 built.append(target)
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
-            if source.suffix == ".py":
-                nbformat.write(notebook_from_text(source.read_text()), target)
-            else:
-                shutil.copyfile(source, target)
+            nbformat.write(lecture_notebook(source), target)
             built.append(target)
         if outline.readme is not None:
             shutil.copyfile(outline.readme, self.root / "README.md")

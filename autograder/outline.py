@@ -26,9 +26,17 @@ import dataclasses
 import datetime as dt
 from pathlib import Path
 
+import nbformat
 import tomllib
 
-from .course import PROJECT_ROOT, AssignmentSpec, CourseError, available_assignments
+from .course import (
+    PROJECT_ROOT,
+    AssignmentSpec,
+    CourseError,
+    available_assignments,
+    notebook_from_text,
+)
+from .release_steps import CONTINUE_TAG
 
 #: The project's own outline. A workspace reads ``course/course.toml`` beside its
 #: assignments folder, or ``AUTOGRADER_COURSE_FILE`` (see ``Course.outline_file``).
@@ -86,6 +94,28 @@ class CourseOutline:
 
     def lecture_source(self, lecture: Lecture) -> Path:
         return (self.path.parent if self.path else PROJECT_ROOT / "course") / lecture.notebook
+
+
+def lecture_notebook(source: Path) -> nbformat.NotebookNode:
+    """A lecture as students get it, from ``course/<notebook>`` (``.py`` or ``.ipynb``).
+
+    Every code cell after the first (the imports) is tagged ``raises-exception``, so Run
+    All reaches the end even where a cell fails. With the full toolkit none does; with the
+    student toolkit, a lecture run before its assignment is unlocked meets that
+    assignment's exercises as stubs, and each cell that needs one says so in one line
+    (``toolkit.notebook.friendly_errors``) while the rest of the lecture still runs.
+    """
+    source = Path(source)
+    if source.suffix == ".py":
+        nb = notebook_from_text(source.read_text())
+    else:
+        nb = nbformat.read(source, as_version=4)
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    for cell in code[1:]:
+        tags = cell.metadata.setdefault("tags", [])
+        if CONTINUE_TAG not in tags:
+            tags.append(CONTINUE_TAG)
+    return nb
 
 
 def load_outline(path: Path | None = None, assignments_dir: Path | None = None) -> CourseOutline:

@@ -1,7 +1,7 @@
 """Notebooks use only public names: a private helper must not become a student's contract.
 
 Every ``import`` in a code cell of an instructor notebook (and of any other script in
-``assignments/*/``) names
+``assignments/*/``) and of a lecture (``course/*.py``) names
 public modules and public objects only: no ``from toolkit.masks import _offsets``, no
 ``import toolkit._internal``. What a notebook needs from the toolkit is public, with a
 docstring (argument checks live in :mod:`toolkit.arguments`).
@@ -17,7 +17,8 @@ import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOKS = sorted(p for p in (ROOT / "assignments").glob("*/*.py") if p.is_file())
+NOTEBOOKS = sorted(p for p in [*(ROOT / "assignments").glob("*/*.py"), *(ROOT / "course").glob("*.py")]
+                   if p.is_file())
 
 
 def _is_private(name: str) -> bool:
@@ -47,7 +48,8 @@ def test_the_check_sees_a_private_import():
     assert _private_imports("from __future__ import annotations\nimport __future__") == []
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.parent.name for p in NOTEBOOKS])
+@pytest.mark.parametrize("notebook", NOTEBOOKS,
+                         ids=[str(p.relative_to(ROOT).with_suffix("")) for p in NOTEBOOKS])
 def test_notebook_imports_no_private_name(notebook):
     nb = jupytext.read(notebook, fmt="py:percent")
     found = [

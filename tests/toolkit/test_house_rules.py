@@ -23,7 +23,7 @@ RETIRED = {
 SOURCES = sorted(
     p
     for pattern in ("toolkit/**/*.py", "assignments/*/*.py", "autograder/checks/**/*.py",
-                    "benchmarks/*.py")
+                    "benchmarks/*.py", "course/*.py")
     for p in ROOT.glob(pattern)
 )
 

@@ -54,6 +54,7 @@ CASES = [
     (P.score_vs_distance_explorer, {}, "sinusoidal_encoding", toolkit.position),
     (P.alibi_explorer, {}, "alibi_slopes", toolkit.position),
     (P.train_short_test_long_explorer, {}, "yarn_band_ratios", toolkit.position),
+    (P.long_context_explorer, {}, "rope_inv_freq_dynamic_ntk", toolkit.position),
     (E.mask_gallery, {}, "band_mask", toolkit.masks),
     (E.kv_cache_calculator, {}, "kv_cache_bytes", toolkit.gqa),
     (E.online_softmax_stepper, {"n": 8}, "online_softmax_trace", toolkit.flash),

@@ -3,7 +3,8 @@
 * :mod:`toolkit.widgets.attention` (Assignment 01): attention heatmaps and masks, the
   three families, permutation equivariance;
 * :mod:`toolkit.widgets.position` (02): RoPE spectrum and rotation, score versus
-  distance, ALiBi heads, train short / test long;
+  distance, ALiBi heads, train short / test long, every context-extension method
+  against the input length;
 * :mod:`toolkit.widgets.efficient` (03, 04): sparse-mask gallery, KV-cache calculator,
   online-softmax stepper, attention memory;
 * :mod:`toolkit.widgets.blocks` (05): Post-LN vs Pre-LN layer scales and warm-up runs, a
@@ -39,6 +40,7 @@ BUILDERS = {
         "score_vs_distance_explorer",
         "alibi_explorer",
         "train_short_test_long_explorer",
+        "long_context_explorer",
     ),
     "efficient": (
         "mask_gallery",

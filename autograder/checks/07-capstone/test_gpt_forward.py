@@ -4,8 +4,9 @@ The student's model is built in their kernel from a config we send, converted to
 float64, loaded with the weights of :class:`toolkit.models.GPT` (randomised norms and
 biases, so every piece matters) and compared with it: both recipes, the loss, a load
 without ``lm_head.weight`` (what a checkpoint of a tied model holds), a square
-``d_model == vocab_size`` model (where the wrong transpose runs), causality, and cached
-decoding with the model's own cache against the full forward pass.
+``d_model == vocab_size`` model (where the wrong transpose runs), causality, word order
+(a model without positions reads a bag of tokens), and cached decoding with the model's
+own cache against the full forward pass.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.grade_cell("test_gpt_forward")
 LEAK = "Causal mask missing (future leaks)"
 ROPE = "RoPE applied at position 0 for every new token"
 TYING = "Weight tying with the wrong transpose"
+NO_POSITIONS = "Positional encoding forgotten (the model reads a bag of tokens)"
 NAMES = "Parameter names differ from the specification"
 TOL = dict(atol=1e-6, rtol=1e-5)  # float64 model; RMSNorm computes its statistic in float32
 
@@ -203,6 +205,37 @@ def test_no_future_leak(submission):
         if not torch.allclose(logits[:, :t], base[:, :t], atol=1e-8):
             raise CheckFailure(f"changing the tokens from position {t} on changed the logits at "
                                f"positions before {t}: the model sees the future")
+
+
+@pytest.mark.weight(2)
+@pytest.mark.pitfall(NO_POSITIONS)
+@pytest.mark.property
+@pytest.mark.parametrize("recipe", ["classic", "modern"])
+def test_word_order_matters(submission, recipe):
+    """One block: reordering the earlier tokens changes the prediction at the last position."""
+    # Without positions, a single causal block sees the tokens before the last one as a
+    # set: attention is a weighted sum over them, and a sum does not care about order. So
+    # the last position's logits cannot change when tokens 0 .. T-2 are reversed.
+    # (With two blocks or more, the causal mask alone leaks some order: NoPE.)
+    config = _config(recipe, n_layers=1)
+    ref = _reference(config, 19)
+    idx = _ids(2, 10, vocab=config.vocab_size, seed=20)
+    reordered = idx.clone()
+    reordered[:, :-1] = idx[:, :-1].flip(1)  # same tokens, earlier ones in reverse order
+    expected_gap = (_expected(ref, reordered)[0] - _expected(ref, idx)[0])[:, -1].abs().max()
+    if expected_gap < 1e-3:  # the check's own premise: the reference does see the order
+        raise RuntimeError(f"the reference {recipe} model does not see word order")
+    (base, _), (moved, _) = _run(submission, config, _state(ref),
+                                 [(idx, None, 0, False), (reordered, None, 0, False)])[0]
+    gap = (moved - base)[:, -1].abs().max()
+    if gap < 1e-9:
+        where = ("add the learned position vectors wpe(positions) to the token embeddings "
+                 "before the blocks" if recipe == "classic" else
+                 "rotate q and k by their positions (RoPE) in every attention layer")
+        raise CheckFailure(
+            f"{recipe} recipe, one block: reversing the tokens before the last one left the "
+            "last position's logits unchanged. Your model cannot tell word order: it reads "
+            f"a bag of tokens. {where[0].upper()}{where[1:]}")
 
 
 @pytest.mark.weight(2)

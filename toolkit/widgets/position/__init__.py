@@ -21,8 +21,9 @@ What each one is for
   they never saw, and how PI, NTK and YaRN avoid that.
 
 Modules: :mod:`~toolkit.widgets.position.rope` (spectrum, rotation),
-:mod:`~toolkit.widgets.position.distance` (score versus distance, ALiBi) and
-:mod:`~toolkit.widgets.position.extrapolation` (train short, test long).
+:mod:`~toolkit.widgets.position.distance` (score versus distance, ALiBi),
+:mod:`~toolkit.widgets.position.extrapolation` (train short, test long) and
+:mod:`~toolkit.widgets.position.long_context` (every method against the input length).
 
 Every builder has a matching pure function (``plot_*``) that returns a
 ``matplotlib.figure.Figure`` without touching pyplot's global state, so tests can
@@ -43,6 +44,13 @@ from toolkit.widgets.position.extrapolation import (
     plot_train_short_test_long,
     train_short_test_long_explorer,
 )
+from toolkit.widgets.position.long_context import (
+    METHODS,
+    extension_inv_freq,
+    long_context_explorer,
+    longrope_example_factors,
+    plot_long_context,
+)
 from toolkit.widgets.position.rope import (
     METHOD_COLORS,
     plot_rope_rotation,
@@ -52,9 +60,14 @@ from toolkit.widgets.position.rope import (
 )
 
 __all__ = [
+    "METHODS",
     "METHOD_COLORS",
     "alibi_explorer",
+    "extension_inv_freq",
+    "long_context_explorer",
+    "longrope_example_factors",
     "plot_alibi_heads",
+    "plot_long_context",
     "plot_rope_rotation",
     "plot_rope_spectrum",
     "plot_score_vs_distance",

@@ -1,0 +1,353 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lecture 02: Where is each token? Positional encoding
+#
+# Lecture 01 ended on a problem: self-attention is permutation-equivariant, so without help
+# it reads "dog bites man" and "man bites dog" alike. This lecture, which comes before
+# Assignment 02, walks through the ways models tell attention where each token is:
+#
+# 1. an absolute vector added to each embedding: the sinusoidal table and a learned one;
+# 2. RoPE, which rotates queries and keys so that scores see only the *distance*;
+# 3. biases on the scores: ALiBi and T5's relative buckets;
+# 4. running past the training length: PI, NTK, YaRN, and the two methods that look at
+#    the input's length first, dynamic NTK and LongRoPE;
+# 5. reading: NoPE, no encoding at all.
+#
+# As in every lecture, **Try it** cells ask first and compute second: predict, then run.
+
+# %%
+# %matplotlib inline
+import math
+
+import matplotlib.pyplot as plt
+import torch
+
+from toolkit.models import GPT, GPTConfig
+from toolkit.notebook import friendly_errors
+from toolkit.position import (
+    LearnedPositionalEmbedding,
+    T5RelativePositionBias,
+    alibi_bias,
+    alibi_bias_key_only,
+    apply_rope,
+    interleaved_to_half_permutation,
+    longrope_attention_factor,
+    longrope_inv_freq,
+    rope_inv_freq,
+    rope_inv_freq_dynamic_ntk,
+    sinusoidal_encoding,
+    sinusoidal_shift_matrix,
+    t5_relative_position_bucket,
+    yarn_inv_freq_and_temperature,
+)
+from toolkit.widgets.position import (
+    METHODS,
+    alibi_explorer,
+    extension_inv_freq,
+    long_context_explorer,
+    longrope_example_factors,
+    plot_long_context,
+    plot_rope_rotation,
+    rope_rotation_explorer,
+    rope_spectrum_explorer,
+    score_vs_distance_explorer,
+    train_short_test_long_explorer,
+)
+
+friendly_errors()
+torch.manual_seed(0)
+
+# %% [markdown]
+# ## 1. A vector per position, added once
+#
+# The original Transformer (arXiv 1706.03762) adds to the embedding of the token at
+# position $p$ a fixed vector of sines and cosines at geometrically spaced frequencies
+# $\omega_i = 10000^{-2i/d}$:
+#
+# $$PE(p, 2i) = \sin(p\,\omega_i), \qquad PE(p, 2i+1) = \cos(p\,\omega_i).$$
+#
+# The first columns oscillate fast (they tell neighbours apart), the last ones slowly
+# (they tell the beginning of a long text from its end): a binary counter written in
+# smooth waves.
+
+# %%
+table = sinusoidal_encoding(64, 32)  # (n_positions, d_model)
+fig, ax = plt.subplots(figsize=(7, 3))
+ax.imshow(table.T, aspect="auto", cmap="RdBu")
+ax.set(xlabel="position p", ylabel="feature", title="the sinusoidal table, one column per position")
+plt.show()
+
+# %% [markdown]
+# Why sines and cosines, and not just the number $p$? Because moving $k$ positions is the
+# same linear map for every $p$: each (sin, cos) pair is rotated by the angle $k\,\omega_i$,
+# whatever $p$ is. So a layer can learn "look $k$ tokens back" once, as one matrix.
+#
+# **Try it.** Build that matrix $M_k$ for $k = 5$ and apply it to the vectors of
+# positions 0, 17 and 40: do you land on positions 5, 22 and 45? And does the dot product
+# $PE(m) \cdot PE(n)$ depend on $m$ and $n$, or only on $m - n$? Predict, then run.
+
+# %%
+M5 = sinusoidal_shift_matrix(5, 32)  # PE(p + 5) = M5 @ PE(p)
+for p in (0, 17, 40):
+    print(f"M5 @ PE({p}) == PE({p + 5}): {torch.allclose(M5 @ table[p], table[p + 5], atol=1e-5)}")
+print("PE(10).PE(13) =", round(float(table[10] @ table[13]), 4),
+      "  PE(50).PE(53) =", round(float(table[50] @ table[53]), 4))
+
+# %% [markdown]
+# BERT and GPT-2 *learn* the table instead (one trainable row per position). It fits the
+# data better, but a learned table has no row beyond the longest training sequence, so the
+# model simply cannot run longer.
+
+# %%
+learned = LearnedPositionalEmbedding(max_seq_len=16, d_model=32)
+print("rows for positions 0..9:", tuple(learned(10).shape))
+try:
+    learned(20)
+except ValueError as error:
+    print("ValueError:", error)
+
+# %% [markdown]
+# ## 2. RoPE: rotate queries and keys, so scores see distances
+#
+# Rotary position embedding (RoFormer, arXiv 2104.09864) adds nothing to the embedding.
+# Inside every attention layer it splits each query and key into pairs of features and
+# rotates pair $i$ by the angle $p\,\theta_i$, with $\theta_i = \text{base}^{-2i/d}$. A
+# rotation by $m\theta$ followed by the inverse of one by $n\theta$ is a rotation by
+# $(n - m)\theta$, so
+#
+# $$\langle R_m q, R_n k\rangle = q^\top R_{n-m}\, k :$$
+#
+# the score depends on the content and on the *offset* $n - m$ only, in every layer.
+# The widget turns one pair as the position grows: pair 0 spins, the last pair creeps.
+
+# %%
+rope_rotation_explorer()
+
+# %% [markdown]
+# **Try it.** Put a query at position 3 and a key at position 10, then move both 1000
+# positions further. Does the score change? Predict, then run.
+
+# %%
+q = torch.randn(1, 1, 1, 64, dtype=torch.float64)  # (batch, heads, seq, d_head)
+k = torch.randn(1, 1, 1, 64, dtype=torch.float64)
+for shift in (0, 1000):
+    q_rot = apply_rope(q, torch.tensor([3 + shift]))
+    k_rot = apply_rope(k, torch.tensor([10 + shift]))
+    print(f"positions ({3 + shift}, {10 + shift}): score {float((q_rot * k_rot).sum()):+.5f}")
+
+# %% [markdown]
+# ### Two layouts of the same idea
+#
+# Which features form a pair is a convention. RoFormer and GPT-J pair neighbours
+# $(x_{2i}, x_{2i+1})$ (*interleaved*); GPT-NeoX and Hugging Face's LLaMA pair the two
+# halves $(x_i, x_{i+d/2})$ (*half-split*, `rotate_half`). Both are correct, and they are
+# the same up to a fixed permutation of the features: reorder the rows of a checkpoint's
+# $W_q$ and $W_k$ and it runs in the other layout. Mixing them (a helper that picks
+# interleaved pairs but rotates with `rotate_half`) silently breaks the relative property.
+
+# %%
+perm = interleaved_to_half_permutation(8)
+x = torch.randn(1, 1, 5, 8)
+positions = torch.arange(5)
+same = torch.allclose(apply_rope(x[..., perm], positions, layout="half"),
+                      apply_rope(x, positions, layout="interleaved")[..., perm], atol=1e-6)
+print("perm =", perm.tolist(), "  layouts agree after the permutation:", same)
+plot_rope_rotation(position=6, pair_index=1, d_head=8, layout="interleaved")
+
+# %% [markdown]
+# ## 3. No embedding at all: a bias on the scores
+#
+# **ALiBi** (arXiv 2108.12409) adds $-m_h (i - j)$ to the score of query $i$ and key $j$:
+# a penalty growing linearly with distance, at a different slope $m_h$ per head (steep
+# heads look locally, gentle ones far). The slopes are $2^{-8h/n}$ for $n$ heads, a power of
+# two; Assignment 02 asks you for the rule otherwise.
+
+# %%
+alibi_explorer()
+
+# %% [markdown]
+# **Try it.** BLOOM adds $m_h\,j$ instead, a bias that depends on the *key* only. In row
+# $i$ the two differ by $-m_h\,i$, the same number for every key of that row. Do the
+# attention weights differ under a causal mask? And without the mask? Predict, then run.
+
+# %%
+scores = torch.randn(4, 6, 6)  # (heads, queries, keys)
+causal = torch.ones(6, 6, dtype=torch.bool).tril()
+for masked in (True, False):
+    blocked = ~causal if masked else torch.zeros(6, 6, dtype=torch.bool)
+    a = torch.softmax((scores + alibi_bias(4, 6, causal=masked)).masked_fill(blocked, -math.inf), -1)
+    b = torch.softmax((scores + alibi_bias_key_only(4, 6)).masked_fill(blocked, -math.inf), -1)
+    print(f"causal mask {masked!s:>5}: same weights: {torch.allclose(a, b, atol=1e-6)}")
+
+# %% [markdown]
+# Softmax ignores a constant added to a whole row, so the two agree wherever the row is
+# $-m_h(i - j)$, i.e. with the causal mask. Without it ALiBi is $-m_h|i - j|$ (symmetric),
+# which is not linear in $j$, and the shortcut fails.
+#
+# ### T5's relative buckets
+#
+# T5 (arXiv 1910.10683) learns one scalar per head for each **bucket** of offsets
+# $j - i$. Small distances get a bucket each; larger ones share logarithmically wider
+# buckets up to `max_distance` (128), and everything beyond shares the last. An encoder
+# spends half of its 32 buckets on keys before the query and half on keys after it.
+
+# %%
+offsets = torch.tensor([-200, -128, -64, -20, -16, -15, -1, 0, 1, 15, 16, 20, 64, 128, 200])
+print("offset j - i      :", offsets.tolist())
+print("bidirectional     :", t5_relative_position_bucket(offsets).tolist())
+before = offsets[offsets <= 0]  # a causal model only has keys at or before the query
+print("offset j - i <= 0 :", before.tolist())
+print("causal            :", t5_relative_position_bucket(before, bidirectional=False).tolist())
+t5_bias = T5RelativePositionBias(n_heads=4)
+print("bias added to the scores:", tuple(t5_bias(6).shape), "(1, heads, queries, keys)")
+
+# %% [markdown]
+# **Try it.** Which distances share a bucket with distance 100 in a causal model? Guess a
+# range, then run. (T5 computes the bias once, in the first layer, and shares it with all
+# the others: 32 numbers per head for the whole encoder, and as many for the decoder.)
+
+# %%
+distances = torch.arange(0, 300)
+buckets = t5_relative_position_bucket(-distances, bidirectional=False)
+same_bucket = distances[buckets == buckets[100]]
+print(f"distance 100 is in bucket {int(buckets[100])}, with distances "
+      f"{int(same_bucket.min())} to {int(same_bucket.max())}")
+
+# %% [markdown]
+# What each scheme contributes to the score as the distance grows, side by side
+# (sinusoidal and RoPE for fixed vectors, ALiBi's lines, T5's buckets):
+
+# %%
+score_vs_distance_explorer()
+
+# %% [markdown]
+# ## 4. Running past the training length
+#
+# A RoPE model trained on $L$ tokens has seen, in its slow pairs (those that make less than
+# one turn over $L$ tokens), only a part of the circle. Run it on $sL$ tokens and those
+# pairs meet angles it never saw: quality falls apart. Every fix slows some pairs down:
+#
+# * **position interpolation** (PI, arXiv 2306.15595) divides every speed by $s$;
+# * **NTK-aware** scaling enlarges the base to $\text{base}\cdot s^{d/(d-2)}$: the fastest
+#   pair is untouched, the slowest is slowed by exactly $s$;
+# * **YaRN** (arXiv 2309.00071) keeps the fast pairs, interpolates the slow ones fully and
+#   ramps in between, and sharpens the softmax by $(0.1\ln s + 1)^2$.
+#
+# The spectrum shows each pair's wavelength (tokens per turn) under each method:
+
+# %%
+rope_spectrum_explorer()
+
+# %% [markdown]
+# And what happens to a "long-range" head run four times past its training length:
+
+# %%
+train_short_test_long_explorer()
+
+# %% [markdown]
+# ### Look at the input first: dynamic NTK and LongRoPE
+#
+# PI, NTK and YaRN are *static*: configured for a scale $s$, they slow the pairs at every
+# length, so a short prompt pays for a long context it does not have. Two methods look at
+# the input's length $T$ first:
+#
+# * **dynamic NTK** (Hugging Face's `"dynamic"` rope type; it comes from a community post,
+#   not a paper) recomputes the NTK base from $T$: for $T \le L$ nothing changes, beyond
+#   it the base grows with $T$ as $\text{base}\cdot(sT/L - (s-1))^{d/(d-2)}$;
+# * **LongRoPE** (arXiv 2402.13753) rescales each pair by its own factor $\lambda_i$, found
+#   by a search on perplexity, and keeps two sets: `short_factor` up to $L$ and
+#   `long_factor` beyond (Phi-3 ships both in its config). It also scales the logits by
+#   $\sqrt{1 + \ln s/\ln L}$.
+#
+# All six against the input length: on the left, whether some pair meets angles it never
+# saw; on the right, how much the pairs are slowed, which is what short inputs pay. (The
+# LongRoPE factors here are illustrative, shaped like a search result, not Phi-3's.)
+
+# %%
+plot_long_context(train_len=256, scale=4.0, d_head=32)
+
+# %%
+long_context_explorer()
+
+# %% [markdown]
+# **Try it.** (a) At $T = 200 \le L = 256$, is dynamic NTK exactly plain RoPE? (b) At
+# $T = 4L$, which pair does it slow down most, and by how much compared with PI's factor
+# $s = 4$? (c) Which attention factor is larger at $s = 4$: YaRN's $0.1\ln s + 1$ or
+# LongRoPE's? Predict, then run.
+
+# %%
+d_head, L, s = 32, 256, 4.0
+theta = rope_inv_freq(d_head)
+print("(a)", torch.equal(rope_inv_freq_dynamic_ntk(d_head, 10000.0, 200, L, s), theta))
+slow_down = theta / rope_inv_freq_dynamic_ntk(d_head, 10000.0, 4 * L, L, s)
+print(f"(b) the slowest pair, by {float(slow_down[-1]):.1f}x (PI: {s:g}x for every pair)")
+_, yarn_factor = yarn_inv_freq_and_temperature(d_head, 10000.0, s, L)
+print(f"(c) YaRN {yarn_factor:.3f}, LongRoPE {longrope_attention_factor(s, L):.3f}")
+factors = longrope_example_factors(d_head, 10000.0, s, L)
+assert torch.allclose(longrope_inv_freq(d_head, 10000.0, factors), theta / factors.float())
+print("the methods drawn above:", ", ".join(METHODS))
+print("LongRoPE (illustrative) at T = 2L, slowest pair:",
+      round(float(theta[-1] / extension_inv_freq("LongRoPE", d_head, 10000.0, s, L, 2 * L)[-1]), 2))
+
+# %% [markdown]
+# Dynamic NTK at $T = sL$ slows its slowest pair by $s^2 - s + 1 = 13$, far more than $s$:
+# Hugging Face's formula grows the base with slope $s/L$ from the training length on.
+# That is a convention to know when you compare numbers across libraries.
+#
+# ## 5. Reading: NoPE, no positional encoding at all
+#
+# A *causal* decoder with no encoding at all still learns positions (Haviv et al., arXiv
+# 2203.16634), and sometimes generalises to longer inputs better than with one
+# (Kazemnejad et al., arXiv 2305.19466). The causal mask is the reason: token 0 can only
+# attend to itself, token 100 averages over a hundred others, and a second layer can
+# read those differences; from them a model can count. One layer is not enough: with a
+# single layer, the last position sees the earlier tokens as a set. Encoders have no such
+# asymmetry and always need an encoding.
+#
+# **Try it.** In a GPT built without positions (`position="none"`), reverse the order of
+# all tokens before the last one. Does the prediction at the last position change with one
+# block? With two? Predict, then run.
+
+# %%
+tokens = torch.randint(0, 256, (1, 12))
+reordered = tokens.clone()
+reordered[:, :-1] = tokens[:, :-1].flip(1)  # same tokens, the earlier ones reversed
+for n_layers in (1, 2):
+    torch.manual_seed(0)
+    nope = GPT(GPTConfig(n_layers=n_layers, d_model=32, n_heads=4, max_seq_len=16,
+                         position="none", init_std=0.2)).double().eval()
+    with torch.no_grad():
+        gap = (nope(reordered)[0] - nope(tokens)[0])[0, -1].abs().max()
+    print(f"{n_layers} block(s), no positions: last-position logits move by {float(gap):.1e}")
+
+# %% [markdown]
+# The same experiment is one of the hidden checks of the capstone (Assignment 07): a GPT
+# whose classic recipe forgets to add its position vectors reads a bag of tokens.
+
+# %% [markdown]
+# ## Summary
+#
+# * Absolute encodings add one vector per position; the sinusoidal table shifts by a fixed
+#   rotation, a learned one ends where training ended.
+# * RoPE rotates q and k so that every score sees $n - m$; two layouts, equal up to a
+#   permutation of the q/k rows, never to be mixed.
+# * ALiBi and T5 bias the scores instead: straight lines per head, learned log-spaced
+#   buckets.
+# * Past the training length, PI, NTK and YaRN slow pairs down at every length; dynamic NTK
+#   and LongRoPE leave short inputs untouched and switch on past $L$.
+# * A causal decoder without any encoding still infers order from its mask, given at least
+#   two layers (NoPE).
+#
+# Now open **Assignment 02**: sinusoids (and a bug to spot), RoPE in both layouts, PI, NTK,
+# YaRN and ALiBi.

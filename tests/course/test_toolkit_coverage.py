@@ -1,0 +1,187 @@
+"""Everything the toolkit knows reaches a student: every public function and class of
+``toolkit/`` is used by a lecture or an assignment notebook, or is listed below with the
+reason it is not.
+
+A notebook *uses* a toolkit name when a code cell imports it from a toolkit module
+(``from toolkit.position import apply_rope``), reaches it through an imported toolkit
+module (``P.apply_rope`` after ``from toolkit import position as P``), or, in an
+assignment, defines it: the student writes that function, and its solution must match
+the toolkit's (``tests/assignments/test_solutions_match_toolkit.py``). Lectures are those
+of ``course/course.toml``; assignment notebooks those named in each ``assignment.toml``.
+Source is read, never run. A name in a comment or a string does not count.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import jupytext
+from IPython.core.inputtransformer2 import TransformerManager
+
+from autograder.course import ASSIGNMENTS_DIR, AssignmentSpec, available_assignments
+from autograder.outline import COURSE_FILE, load_outline
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Public names no notebook needs, and why. Keep each reason to one line.
+NOT_FOR_NOTEBOOKS = {
+    "check_dropout": "an argument check the toolkit's own modules call; no notebook builds dropout",
+    "check_step_sizes": "an argument check of toolkit.ssm; no notebook calls it",
+    "main": "the command line `python -m toolkit.train`; lecture 07 trains through train()",
+    "Unwritten": "friendly_errors' reading of a stub's message; notebooks call friendly_errors()",
+    "unwritten_exercise": "friendly_errors' and the widgets' reading of a stub's message",
+    "is_headless": "widget plumbing: every builder asks it whether to draw",
+    "headless_placeholder": "widget plumbing: what a builder returns while grading",
+    "figure_to_png": "widget plumbing: how every builder turns a figure into an image",
+    "live_figure": "widget plumbing: the redraw loop every builder is built on",
+    "widget_functions": "widget plumbing: how a builder picks the student's functions (fns)",
+    "WidgetFunctions": "widget plumbing: what widget_functions returns",
+    "unwritten_message": "widget plumbing: the line a widget shows for an unwritten exercise",
+    "unwritten_html": "widget plumbing: that line as HTML",
+    "reports_unwritten": "widget plumbing: the same for builders that compute first",
+}
+
+#: A widget's helper (a pure plot, the data behind it) that notebooks see through its
+#: builder: ``helper -> builder``. Both live in one module, and the builder must be used.
+SHOWN_BY_BUILDER = {
+    "plot_rope_spectrum": "rope_spectrum_explorer",
+    "plot_score_vs_distance": "score_vs_distance_explorer",
+    "plot_alibi_heads": "alibi_explorer",
+    "plot_train_short_test_long": "train_short_test_long_explorer",
+    "plot_router_load": "router_load_explorer",
+    "simulate_router": "router_load_explorer",
+    "plot_ssm_kernel": "ssm_kernel_explorer",
+    "ssm_impulse_response": "ssm_kernel_explorer",
+    "memory_horizon": "ssm_kernel_explorer",
+    "selective_forgetting": "ssm_kernel_explorer",
+    "plot_rwkv_decay": "rwkv_decay_explorer",
+    "channel_decays": "rwkv_decay_explorer",
+    "wkv_trace": "rwkv_decay_explorer",
+    "plot_decoding_costs": "decoding_cost_explorer",
+}
+
+#: What the toolkit implements and no notebook shows yet, by the assignment whose topic it
+#: is: the lecture or assignment of that number should show it (then delete the line).
+NOT_YET_SHOWN = {
+    "gelu_exact": "05-blocks (being written): GELU, exact",
+    "gelu_tanh": "05-blocks (being written): GELU's tanh approximation",
+    "GLU": "05-blocks (being written): the GLU family",
+    "ReGLU": "05-blocks (being written): the GLU family",
+    "GEGLU": "05-blocks (being written): the GLU family",
+    "GatedFeedForward": "05-blocks (being written): the GLU family",
+    "router_z_loss": "06: ST-MoE's router z-loss",
+    "expert_load": "06: drawn by router_load_explorer, called by no notebook",
+    "discretize_simplified": "06: the simplified discretisation beside the ZOH",
+    "ssm_kernel": "06: the S4 convolution kernel",
+    "ssm_recurrent": "06: the time-invariant SSM as a recurrence",
+    "ssm_convolutional": "06: the time-invariant SSM as a convolution",
+    "selective_step": "06: one step of the selective scan (decoding)",
+    "MambaMixer": "06: the Mamba block",
+    "MambaCache": "06: the Mamba block's decoding state",
+    "token_shift": "06: RWKV's token shift",
+    "RwkvTimeMixing": "06: RWKV's time-mixing layer",
+    "RwkvChannelMixing": "06: RWKV's channel-mixing layer",
+}
+
+
+def public_toolkit_names() -> dict[str, str]:
+    """``name -> module`` of every public top-level function and class of ``toolkit/``."""
+    found = {}
+    for path in sorted((ROOT / "toolkit").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if any(p.startswith("_") for p in parts if p not in ("__init__", "__main__")):
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                found[node.name] = ".".join(p for p in parts if p != "__init__")
+    return found
+
+
+def notebooks() -> dict[str, tuple[Path, bool]]:
+    """``label -> (source, is_assignment)`` for every lecture and assignment notebook."""
+    outline = load_outline(COURSE_FILE)
+    found = {f"lecture {lec.stem}": (outline.lecture_source(lec), False)
+             for lec in outline.lectures}
+    for name in available_assignments(ASSIGNMENTS_DIR):
+        spec = AssignmentSpec.load(name, ASSIGNMENTS_DIR)
+        for nb in spec.notebooks:
+            found[f"assignment {name}/{nb}"] = (spec.path / f"{nb}.py", True)
+    return found
+
+
+def used_names(source: Path, defines_count: bool) -> set[str]:
+    """Toolkit names a notebook imports, reaches through a toolkit module, or defines."""
+    if source.suffix == ".py":
+        nb = jupytext.read(source, fmt="py:percent")
+    else:
+        nb = jupytext.read(source)
+    code = "\n".join(TransformerManager().transform_cell(c.source)
+                     for c in nb.cells if c.cell_type == "code")
+    tree = ast.parse(code)
+    modules, used = set(), set()  # local names bound to toolkit modules
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "toolkit":
+                    modules.add(alias.asname or "toolkit")
+                    used.update(alias.name.split(".")[1:] if alias.asname else [])
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "toolkit":
+            for alias in node.names:
+                used.add(alias.name)
+                modules.add(alias.asname or alias.name)  # harmless if it is not a module
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            chain, inner = [node.attr], node.value
+            while isinstance(inner, ast.Attribute):
+                chain.append(inner.attr)
+                inner = inner.value
+            if isinstance(inner, ast.Name) and inner.id in modules:
+                used.update(chain)
+        elif defines_count and isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            used.add(node.name)
+    return used
+
+
+def test_the_check_reads_imports_module_attributes_and_definitions(tmp_path):
+    source = tmp_path / "nb.py"
+    source.write_text(
+        "# %%\n# %matplotlib inline\nfrom toolkit.masks import causal_mask as cm\n"
+        "from toolkit import position as P\nimport toolkit.flash\nx = P.apply_rope\n"
+        "y = toolkit.flash.online_softmax\n"
+        "# %% [markdown]\n# alibi_bias in a comment\n# %%\ndef generate():\n    pass\n"
+        "s = 'rope_cos_sin'\n")
+    names = used_names(source, defines_count=True)
+    assert {"causal_mask", "apply_rope", "online_softmax", "generate"} <= names
+    assert not {"alibi_bias", "rope_cos_sin", "cm"} & names
+    assert "generate" not in used_names(source, defines_count=False)
+
+
+def test_every_public_toolkit_name_is_used_or_excused():
+    public = public_toolkit_names()
+    used = set()
+    for source, is_assignment in notebooks().values():
+        used |= used_names(source, defines_count=is_assignment)
+    excused = set(NOT_FOR_NOTEBOOKS) | set(SHOWN_BY_BUILDER) | set(NOT_YET_SHOWN)
+    unused = sorted(f"{public[n]}.{n}" for n in set(public) - used - excused)
+    assert not unused, (
+        "public toolkit names that no lecture or assignment uses (show each in the lecture "
+        "of its topic, or list it in this test with a one-line reason):\n  " + "\n  ".join(unused))
+    unused_builders = sorted(b for b in SHOWN_BY_BUILDER.values() if b not in used)
+    assert not unused_builders, (
+        f"builders listed in SHOWN_BY_BUILDER that no notebook shows: {unused_builders}")
+
+
+def test_the_exceptions_are_real_and_still_needed():
+    public = public_toolkit_names()
+    listed = [*NOT_FOR_NOTEBOOKS, *SHOWN_BY_BUILDER, *SHOWN_BY_BUILDER.values(), *NOT_YET_SHOWN]
+    assert not [n for n in listed if n not in public], "exceptions name no public toolkit name"
+    elsewhere = {h: b for h, b in SHOWN_BY_BUILDER.items() if public[h] != public[b]}
+    assert not elsewhere, f"a helper and its builder live in different modules: {elsewhere}"
+    used = set()
+    for source, is_assignment in notebooks().values():
+        used |= used_names(source, defines_count=is_assignment)
+    stale = sorted(n for n in [*NOT_FOR_NOTEBOOKS, *SHOWN_BY_BUILDER] if n in used)
+    assert not stale, f"now used by a notebook, so remove them from the exceptions: {stale}"
+    reasons = [*NOT_FOR_NOTEBOOKS.values(), *NOT_YET_SHOWN.values()]
+    assert all(reason and "\n" not in reason and len(reason) <= 90 for reason in reasons)
