@@ -27,7 +27,7 @@ from IPython.display import Image, display
 from matplotlib.figure import Figure
 from torch import nn
 
-from toolkit.bert import BertConfig, ClassificationHead, TinyBert
+from toolkit.bert import BertConfig, ClassificationHead, NSPHead, TinyBert
 from toolkit.ffn import FeedForward, SwiGLU, gelu_exact, gelu_tanh, swiglu_hidden_dim
 from toolkit.mlm import WordVocab, pair_inputs, sample_nsp_pairs
 from toolkit.norm import LayerNorm
@@ -185,8 +185,8 @@ mlm_masking_playground()
 
 # %% [markdown]
 # **Next-sentence prediction.** Half of the pairs keep the true next segment (label 0,
-# IsNext), half get a random one (label 1, NotNext), and a small head on `[CLS]` learns to
-# tell them apart.
+# IsNext), half get a random one (label 1, NotNext), and a small head on `[CLS]`
+# (`NSPHead`: dense, tanh, a linear layer to two logits) learns to tell them apart.
 
 # %%
 segments = [[i] for i in range(10)]
@@ -203,10 +203,12 @@ for (a, b), label in list(zip(pairs, labels.tolist()))[:5]:
 bert = TinyBert(BertConfig(vocab_size=vocab.vocab_size, d_model=32, n_layers=2, n_heads=4,
                            max_seq_len=16))
 head = ClassificationHead(32, n_labels=3)
+nsp_head = NSPHead(32)  # the pre-training head it replaces, on the same [CLS] vector
 with torch.no_grad():
     hidden = bert(encoded["input_ids"][None], encoded["token_type_ids"][None],
                   encoded["attention_mask"][None])
-print("hidden states", tuple(hidden.shape), "-> class logits", tuple(head(hidden).shape))
+    print("hidden states", tuple(hidden.shape), "-> class logits", tuple(head(hidden).shape),
+          "(NSP logits:", tuple(nsp_head(hidden).shape), "= IsNext, NotNext)")
 
 # %% [markdown]
 # ## 5. RoBERTa: the same model, trained better
