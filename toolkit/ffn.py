@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from toolkit.arguments import check_int
+from toolkit.arguments import check_activation, check_int
 
 
 def gelu_exact(x: Tensor) -> Tensor:
@@ -78,12 +78,6 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "silu": F.silu,  # Swish with beta = 1: x * sigmoid(x)
     "sigmoid": torch.sigmoid,
 }
-
-
-def _activation(name: str) -> Callable[[Tensor], Tensor]:
-    if name not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")
-    return ACTIVATIONS[name]
 
 
 def swiglu_hidden_dim(d_model: int, multiple_of: int = 256) -> int:
@@ -129,7 +123,8 @@ class FeedForward(nn.Module):
         check_int("d_model", d_model)
         d_ff = 4 * d_model if d_ff is None else d_ff
         check_int("d_ff", d_ff)
-        self.act = _activation(activation)
+        check_activation(activation, ACTIVATIONS)
+        self.act = ACTIVATIONS[activation]
         self.activation = activation
         self.fc1 = nn.Linear(d_model, d_ff, bias=bias)  # W1, b1: d -> 4d
         self.fc2 = nn.Linear(d_ff, d_model, bias=bias)  # W2, b2: 4d -> d
@@ -170,7 +165,8 @@ class GatedFeedForward(nn.Module):
         d_ff = swiglu_hidden_dim(d_model, multiple_of) if d_ff is None else d_ff
         check_int("d_ff", d_ff)
         self.activation = self.default_activation if activation is None else activation
-        self.act = _activation(self.activation)
+        check_activation(self.activation, ACTIVATIONS)
+        self.act = ACTIVATIONS[self.activation]
         self.d_ff = d_ff
         self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)  # W_gate: d -> h
         self.up_proj = nn.Linear(d_model, d_ff, bias=bias)  # W_up:   d -> h

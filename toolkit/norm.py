@@ -21,6 +21,19 @@ that the re-scaling, not the re-centring, is what makes LayerNorm help:
 It has ``d`` parameters and is a little cheaper (no mean to subtract). LLaMA,
 Mistral, Gemma and most recent decoders use it.
 
+Where ``eps`` sits matters. It goes *inside* the square root, added to the variance
+(or to ``mean(x^2)``): ``sqrt(var + eps)``. Adding it outside, ``sqrt(var) + eps``,
+gives the same numbers for ordinary activations but not for small ones: with
+``var = 1e-6`` and ``eps = 1e-2``, ``sqrt(var + eps) = 0.100`` while
+``sqrt(var) + eps = 0.011``, nine times smaller. PyTorch, Hugging Face and the papers
+all put it inside.
+
+Why not BatchNorm? BatchNorm (arXiv 1502.03167) averages each feature over the
+*batch* (and the positions), so a token's output depends on which other sequences
+and how much padding share its batch, and training needs running statistics for
+inference. Layer and RMS norms use one token's own features only: the result is the
+same whatever the batch, the sequence length or the padding.
+
 Parameter names follow PyTorch and Hugging Face: ``gamma`` is stored as
 ``weight`` and ``beta`` as ``bias``, so a state dict loads into
 ``torch.nn.LayerNorm`` / ``torch.nn.RMSNorm`` unchanged.
@@ -33,7 +46,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from toolkit.arguments import check_int
+from toolkit.arguments import check_eps, check_features, check_int
 
 
 class LayerNorm(nn.Module):
@@ -51,15 +64,13 @@ class LayerNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True):
         super().__init__()
         check_int("d_model", d_model)
-        if eps < 0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
+        check_eps(eps)
         self.d_model, self.eps = d_model, eps
         self.weight = nn.Parameter(torch.ones(d_model))  # gamma
         self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None  # beta
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.size(-1) != self.d_model:
-            raise ValueError(f"x must have last dimension {self.d_model}, got {tuple(x.shape)}")
+        check_features("x", x, self.d_model)
         mean = x.mean(dim=-1, keepdim=True)  # mu = (1/d) sum_i x_i
         var = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # sigma^2 = (1/d) sum_i (x_i - mu)^2
         x_hat = (x - mean) * torch.rsqrt(var + self.eps)  # (x - mu) / sqrt(sigma^2 + eps)
@@ -80,8 +91,9 @@ class RMSNorm(nn.Module):
         eps: added to ``mean(x^2)`` before the square root (default ``1e-6``, as
             in LLaMA).
 
-    The statistic is computed in float32 even for half-precision inputs (as
-    Hugging Face's LLaMA does), because squaring fp16 values overflows easily.
+    For half-precision inputs (fp16, bf16) the statistic is computed in float32, as
+    Hugging Face's LLaMA does: squaring fp16 values overflows from 256 on. Other
+    dtypes are computed as they are (``torch.nn.RMSNorm`` does the same).
 
     Shapes: ``(..., d)`` -> ``(..., d)``.
     """
@@ -89,15 +101,13 @@ class RMSNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-6):
         super().__init__()
         check_int("d_model", d_model)
-        if eps < 0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
+        check_eps(eps)
         self.d_model, self.eps = d_model, eps
         self.weight = nn.Parameter(torch.ones(d_model))  # gamma
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.size(-1) != self.d_model:
-            raise ValueError(f"x must have last dimension {self.d_model}, got {tuple(x.shape)}")
-        x32 = x.float()
+        check_features("x", x, self.d_model)
+        x32 = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         ms = x32.pow(2).mean(dim=-1, keepdim=True)  # mean(x^2) over the features
         x_hat = x32 * torch.rsqrt(ms + self.eps)  # x / sqrt(mean(x^2) + eps)
         return x_hat.to(x.dtype) * self.weight  # * gamma

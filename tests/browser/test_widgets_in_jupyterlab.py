@@ -25,6 +25,8 @@ WIDGET_CELLS = [
      "from toolkit.widgets.position import rope_spectrum_explorer\nrope_spectrum_explorer()"),
     ("mask_gallery",
      "from toolkit.widgets.efficient import mask_gallery\nmask_gallery()"),
+    ("temperature_explorer",
+     "from toolkit.widgets.blocks import temperature_explorer\ntemperature_explorer()"),
     ("ssm_kernel_explorer",
      "from toolkit.widgets.beyond import ssm_kernel_explorer\nssm_kernel_explorer()"),
     ("sampling_playground",

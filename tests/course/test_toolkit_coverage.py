@@ -26,20 +26,28 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: Public names no notebook needs, and why. Keep each reason to one line.
 NOT_FOR_NOTEBOOKS = {
-    "check_dropout": "an argument check the toolkit's own modules call; no notebook builds dropout",
     "check_step_sizes": "an argument check of toolkit.ssm; no notebook calls it",
     "main": "the command line `python -m toolkit.train`; lecture 07 trains through train()",
     "Unwritten": "friendly_errors' reading of a stub's message; notebooks call friendly_errors()",
     "unwritten_exercise": "friendly_errors' and the widgets' reading of a stub's message",
     "is_headless": "widget plumbing: every builder asks it whether to draw",
     "headless_placeholder": "widget plumbing: what a builder returns while grading",
-    "figure_to_png": "widget plumbing: how every builder turns a figure into an image",
     "live_figure": "widget plumbing: the redraw loop every builder is built on",
     "widget_functions": "widget plumbing: how a builder picks the student's functions (fns)",
     "WidgetFunctions": "widget plumbing: what widget_functions returns",
     "unwritten_message": "widget plumbing: the line a widget shows for an unwritten exercise",
     "unwritten_html": "widget plumbing: that line as HTML",
     "reports_unwritten": "widget plumbing: the same for builders that compute first",
+    "tied_parameter_names": "save_bert's helper: the tied decoder is stored once",
+    "truncate_pair": "pair_inputs' truncation (longest segment first, as Hugging Face's)",
+    "MLMCorpus": "what load_mlm_corpus returns; notebooks use its fields",
+    "contiguous_pairs": "load_mlm_corpus' helper: consecutive segments as [CLS] A [SEP] B [SEP]",
+    "evaluate": "pretrain's validation helper; 05 measures with its own TinyBert's head",
+    "mlm_loss": "the loss pretrain and prepare minimise; 05 calls pretrain",
+    "DeepStack": "the toy model warmup_experiment trains; 05 calls warmup_experiment",
+    "layer_scales": "what layer_scale_explorer measures; 05 and its lecture show the explorer",
+    "sorting_batch": "the toy task of warmup_experiment; 05 calls warmup_experiment",
+    "train_deep_stack": "one run of warmup_experiment; 05 calls warmup_experiment",
 }
 
 #: A widget's helper (a pure plot, the data behind it) that notebooks see through its
@@ -59,17 +67,22 @@ SHOWN_BY_BUILDER = {
     "channel_decays": "rwkv_decay_explorer",
     "wkv_trace": "rwkv_decay_explorer",
     "plot_decoding_costs": "decoding_cost_explorer",
+    "plot_layer_scales": "layer_scale_explorer",
+    "plot_layer_scales_at_init": "layer_scale_explorer",
+    "gate_example": "glu_gate_explorer",
+    "plot_glu_gates": "glu_gate_explorer",
+    "course_vocab": "mlm_masking_playground",
+    "masking_example": "mlm_masking_playground",
+    "masking_outcomes": "mlm_masking_playground",
+    "outcome_shares": "mlm_masking_playground",
+    "message_figure": "mlm_masking_playground",
+    "plot_mlm_masking": "mlm_masking_playground",
+    "plot_soft_targets": "temperature_explorer",
 }
 
 #: What the toolkit implements and no notebook shows yet, by the assignment whose topic it
 #: is: the lecture or assignment of that number should show it (then delete the line).
 NOT_YET_SHOWN = {
-    "gelu_exact": "05-blocks (being written): GELU, exact",
-    "gelu_tanh": "05-blocks (being written): GELU's tanh approximation",
-    "GLU": "05-blocks (being written): the GLU family",
-    "ReGLU": "05-blocks (being written): the GLU family",
-    "GEGLU": "05-blocks (being written): the GLU family",
-    "GatedFeedForward": "05-blocks (being written): the GLU family",
     "router_z_loss": "06: ST-MoE's router z-loss",
     "expert_load": "06: drawn by router_load_explorer, called by no notebook",
     "discretize_simplified": "06: the simplified discretisation beside the ZOH",

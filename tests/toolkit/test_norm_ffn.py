@@ -164,3 +164,38 @@ def test_swiglu_matches_hf_llama_mlp():
     ours.load_state_dict(ref.state_dict())  # same parameter names
     x = _x(2, 5, d)
     torch.testing.assert_close(ours(x), ref(x), atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- where eps sits
+
+
+@pytest.mark.parametrize("scale, eps", [(1e-3, 1e-2), (1e-4, 1e-1), (1e-5, 1e-6)])
+def test_norms_match_torch_on_tiny_inputs_and_large_eps(scale, eps):
+    """Tiny activations with a large eps: only eps inside the square root matches torch."""
+    d = 8
+    x = _x(3, 4, d, seed=4, scale=scale, shift=scale).double()
+    ln, ref_ln = LayerNorm(d, eps=eps).double(), torch.nn.LayerNorm(d, eps=eps).double()
+    rms, ref_rms = RMSNorm(d, eps=eps).double(), torch.nn.RMSNorm(d, eps=eps).double()
+    with torch.no_grad():
+        for ours, ref in ((ln, ref_ln), (rms, ref_rms)):
+            ours.weight.copy_(_x(d, seed=5))
+            ref.load_state_dict(ours.state_dict())
+    torch.testing.assert_close(ln(x), ref_ln(x), atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(rms(x), ref_rms(x), atol=1e-12, rtol=1e-10)
+    # eps added outside the root gives different numbers here.
+    outside = x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * rms.weight
+    if eps > scale**2:
+        assert not torch.allclose(rms(x), outside, rtol=0.1)
+
+
+def test_rmsnorm_keeps_float64_and_squares_half_precision_in_float32():
+    d = 16
+    rms = RMSNorm(d)
+    x64 = _x(2, d, seed=6).double()
+    torch.testing.assert_close(rms.double()(x64), torch.nn.RMSNorm(d, eps=1e-6).double()(x64),
+                               atol=1e-14, rtol=1e-12)
+    # 300^2 overflows fp16 (max 65504): computing the statistic in fp16 would give inf -> 0.
+    x16 = torch.full((1, d), 300.0, dtype=torch.float16)
+    out = RMSNorm(d).half()(x16)
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out.float(), torch.ones(1, d), atol=1e-3, rtol=1e-3)

@@ -14,12 +14,16 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import toolkit.attention  # noqa: E402
+import toolkit.distill  # noqa: E402
+import toolkit.ffn  # noqa: E402
 import toolkit.flash  # noqa: E402
 import toolkit.generate  # noqa: E402
 import toolkit.gqa  # noqa: E402
 import toolkit.masks  # noqa: E402
+import toolkit.mlm  # noqa: E402
 import toolkit.moe  # noqa: E402
 import toolkit.position  # noqa: E402
+import toolkit.residual  # noqa: E402
 import toolkit.rwkv  # noqa: E402
 import toolkit.ssm  # noqa: E402
 from autograder.release_steps import stub_message  # noqa: E402
@@ -27,6 +31,7 @@ from toolkit.data import ByteTokenizer  # noqa: E402
 from toolkit.models import GPT, GPTConfig  # noqa: E402
 from toolkit.widgets import attention as A  # noqa: E402
 from toolkit.widgets import beyond as B  # noqa: E402
+from toolkit.widgets import blocks as K  # noqa: E402
 from toolkit.widgets import display as D  # noqa: E402
 from toolkit.widgets import efficient as E  # noqa: E402
 from toolkit.widgets import generation as G  # noqa: E402
@@ -54,6 +59,11 @@ CASES = [
     (E.kv_cache_calculator, {}, "kv_cache_bytes", toolkit.gqa),
     (E.online_softmax_stepper, {"n": 8}, "online_softmax_trace", toolkit.flash),
     (E.attention_memory_explorer, {}, "attention_memory_bytes", toolkit.flash),
+    (K.layer_scale_explorer, {}, "PreLNBlock", toolkit.residual),
+    (K.glu_gate_explorer, {}, "GatedFeedForward", toolkit.ffn),
+    (K.mlm_masking_playground, {"sentence": "def f ( x ) : return x"}, "mask_tokens",
+     toolkit.mlm),
+    (K.temperature_explorer, {}, "soft_target_loss", toolkit.distill),
     (B.router_load_explorer, {}, "load_balancing_loss", toolkit.moe),
     (B.ssm_kernel_explorer, {}, "discretize_zoh", toolkit.ssm),
     (B.rwkv_decay_explorer, {}, "wkv_recurrent", toolkit.rwkv),

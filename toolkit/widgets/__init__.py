@@ -7,6 +7,8 @@
   against the input length;
 * :mod:`toolkit.widgets.efficient` (03, 04): sparse-mask gallery, KV-cache calculator,
   online-softmax stepper, attention memory;
+* :mod:`toolkit.widgets.blocks` (05): Post-LN vs Pre-LN layer scales and warm-up runs, a
+  GLU gate explorer, an MLM masking playground, a distillation temperature slider;
 * :mod:`toolkit.widgets.beyond` (06): expert load and collapse, SSM kernel and memory,
   RWKV decay per channel, decoding cost per token;
 * :mod:`toolkit.widgets.generation` (07): loss curves, sampling playground, two models
@@ -45,6 +47,12 @@ BUILDERS = {
         "kv_cache_calculator",
         "online_softmax_stepper",
         "attention_memory_explorer",
+    ),
+    "blocks": (
+        "layer_scale_explorer",
+        "glu_gate_explorer",
+        "mlm_masking_playground",
+        "temperature_explorer",
     ),
     "beyond": (
         "router_load_explorer",

@@ -1,0 +1,172 @@
+"""Hidden checks for part 7: the pre-trained encoder handed in next to the notebook.
+
+The student hands in ``mlm.safetensors`` (written by ``toolkit.pretrain.save_bert`` in the
+notebook's training section, which grading does not run). The grader copies it into the
+sandbox's working directory; the code below loads it into the student's *own*
+``TinyBert`` there and returns the MLM logits at the selected positions of 128 validation
+pairs masked with a fixed seed (:func:`toolkit.pretrain.evaluation_batch`), which this
+process supplies. The original words at those positions never leave this process; the
+accuracy is computed here.
+
+Scoring: points scale linearly with the masked-word accuracy ``A`` between
+
+* the **unigram baseline**, 0 points: always predicting the most frequent word of the
+  training text (``,``), the best a model without context can do: about 4.7%;
+* ``TARGET_ACCURACY = 0.10``, full points (the notebook's default run, two blocks and
+  600 steps, gets about 0.18; the one-block, 250-step run of ``prepare_submission.py``
+  about 0.13),
+
+as ten checks, one per 10% step: check ``i`` passes when
+``A >= baseline + (i / 10) (target - baseline)``. Every step also requires a sound
+checkpoint: it loads into the student's class with the expected names, has the course
+vocabulary, ``max_seq_len`` of at least the 63 positions of a pair and at most
+``MAX_PARAMETERS`` parameters, and its accuracy is not above ``IMPLAUSIBLE_ACCURACY``
+(0.6: only a model trained on the validation text scores like that).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import pytest
+import torch
+
+from autograder.checklib import CheckFailure
+from autograder.protocol import SubmissionError
+from toolkit.pretrain import evaluation_batch, load_mlm_corpus, masked_accuracy, unigram_accuracy
+
+pytestmark = pytest.mark.grade_cell("test_checkpoint")
+
+TARGET_ACCURACY = 0.10
+IMPLAUSIBLE_ACCURACY = 0.60
+MAX_PARAMETERS = 4_000_000
+STEPS = 10
+
+# Runs in the student's kernel, in their working directory. Returns the file's config,
+# then, if it is acceptable, the logits at the selected positions.
+RUN = """
+import json as _json
+import os as _os
+
+import torch as _torch
+from safetensors import safe_open as _safe_open
+from toolkit.bert import BertConfig as _BertConfig
+
+_path = _os.path.join(_os.getcwd(), "mlm.safetensors")
+if not _os.path.isfile(_path):
+    raise FileNotFoundError("mlm.safetensors was not handed in next to the notebook: run the "
+                            "training section, which saves it, and submit the file too")
+with _safe_open(_path, framework="pt", device="cpu") as _f:
+    _meta = _f.metadata() or {}
+    if "bert_config" not in _meta:
+        raise ValueError("mlm.safetensors has no bert_config metadata: save it with "
+                         "toolkit.pretrain.save_bert(model, path)")
+    _config = _BertConfig.from_dict(_json.loads(_meta["bert_config"]))
+    _names = list(_f.keys())
+    _n_stored = sum(int(_torch.Size(_f.get_slice(_n).get_shape()).numel()) for _n in _names)
+    _ok = (_config.vocab_size == inputs["vocab_size"]
+           and _config.max_seq_len >= inputs["input_ids"].size(1)
+           and _n_stored <= inputs["max_parameters"])
+    _state = {_n: _f.get_tensor(_n) for _n in _names} if _ok else None
+result = {"config": _json.dumps(_config.to_dict()), "stored": _n_stored}
+if _ok:
+    _model = TinyBert(_config).float()
+    _missing, _unexpected = _model.load_state_dict(_state, strict=False)
+    result["missing"], result["unexpected"] = list(_missing), list(_unexpected)
+    if not _unexpected and set(_missing) <= {"mlm_head.decoder.weight"}:
+        _model.eval()
+        with _torch.no_grad():
+            _hidden = _model(inputs["input_ids"], inputs["token_type_ids"],
+                             inputs["attention_mask"])
+            result["logits"] = _model.mlm_head(_hidden[inputs["selected"]]).float()
+"""
+
+_CACHE: dict = {}
+
+
+@cache
+def evaluation() -> tuple[dict, float, int]:
+    """The masked validation batch, the unigram baseline and the vocabulary size."""
+    corpus = load_mlm_corpus()
+    batch = evaluation_batch(corpus)
+    return batch, unigram_accuracy(corpus.train_stream, batch["labels"]), corpus.vocab.vocab_size
+
+
+def levels() -> list[float]:
+    """The ten accuracy levels, for 10%, 20%, ..., 100% of the points."""
+    _, baseline, _ = evaluation()
+    return [baseline + (i / STEPS) * (TARGET_ACCURACY - baseline) for i in range(1, STEPS + 1)]
+
+
+def evaluate(submission) -> float:
+    """The checkpoint's masked-word accuracy, or CheckFailure saying why it earns nothing.
+
+    Computed once per submission and shared by the ten scoring checks."""
+    if _CACHE.get("submission") is not submission:
+        try:
+            outcome = _evaluate(submission)
+        except (CheckFailure, SubmissionError) as exc:
+            outcome = exc
+        _CACHE.clear()
+        _CACHE.update(submission=submission, outcome=outcome)
+    outcome = _CACHE["outcome"]
+    if isinstance(outcome, Exception):
+        raise CheckFailure(str(outcome))
+    return outcome
+
+
+def _evaluate(submission) -> float:
+    batch, _, vocab_size = evaluation()
+    selected = batch["labels"] != -100
+    got = submission.run(RUN, input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
+                         attention_mask=batch["attention_mask"], selected=selected,
+                         vocab_size=vocab_size, max_parameters=MAX_PARAMETERS, timeout=180)
+    if not isinstance(got, dict) or "config" not in got:
+        raise CheckFailure("could not load your checkpoint")
+    config = json.loads(got["config"])
+    if config.get("vocab_size") != vocab_size:
+        raise CheckFailure(f"the checkpoint has vocab_size {config.get('vocab_size')}; the course "
+                           f"vocabulary (load_mlm_corpus().vocab) has {vocab_size}")
+    if config.get("max_seq_len", 0) < batch["input_ids"].size(1):
+        raise CheckFailure(f"the checkpoint has max_seq_len {config.get('max_seq_len')}; the "
+                           f"validation pairs have {batch['input_ids'].size(1)} positions")
+    if got.get("stored", 0) > MAX_PARAMETERS:
+        raise CheckFailure(f"the checkpoint holds {got['stored']:,} parameters; the limit is "
+                           f"{MAX_PARAMETERS:,} (the grader evaluates it on a CPU)")
+    missing, unexpected = got.get("missing", ()), got.get("unexpected", ())
+    if unexpected or set(missing) - {"mlm_head.decoder.weight"}:
+        raise CheckFailure(f"the checkpoint does not fit your TinyBert: missing "
+                           f"{sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
+    logits = got.get("logits")
+    shape = (int(selected.sum()), vocab_size)
+    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != shape:
+        raise CheckFailure(f"your model's MLM logits at the selected positions should have shape "
+                           f"{shape}")
+    if not torch.isfinite(logits).all():
+        raise CheckFailure("your model's logits on the validation pairs contain NaN or inf")
+    accuracy = masked_accuracy(logits, batch["labels"])
+    if accuracy > IMPLAUSIBLE_ACCURACY:
+        raise CheckFailure(
+            f"masked-word accuracy {accuracy:.3f} is implausibly high for this model and corpus "
+            f"(above {IMPLAUSIBLE_ACCURACY}): a model trained on the validation text scores like "
+            "that. Refused")
+    return accuracy
+
+
+@pytest.mark.pitfall("Checkpoint missing, unloadable or undertrained")
+@pytest.mark.parametrize("step", range(1, STEPS + 1),
+                         ids=[f"{10 * i}% of the points" for i in range(1, STEPS + 1)])
+def test_masked_word_accuracy(submission, step):
+    """Your checkpoint's masked-word accuracy on validation reaches the level for this share."""
+    accuracy = evaluate(submission)
+    all_levels = levels()
+    level = all_levels[step - 1]
+    if accuracy < level:
+        earned = sum(accuracy >= lv for lv in all_levels)
+        _, baseline, _ = evaluation()
+        raise CheckFailure(
+            f"masked-word accuracy {accuracy:.3f} is below {level:.3f}, the level for "
+            f"{10 * step}% of the points (0 points at {baseline:.3f}, the unigram baseline; full "
+            f"points at {TARGET_ACCURACY}): this checkpoint earns {earned * 10}% of part 7's "
+            "points. Train longer, or check your model and masking")

@@ -1,0 +1,159 @@
+"""Hidden checks for Exercise 3: ``PreLNBlock.forward`` and ``EncoderStack``'s final norm.
+
+The student's block (built from their own ``LayerNorm``, the given attention and MLP) is
+loaded with the weights of :class:`toolkit.residual.PreLNBlock`, norms randomised so that
+where they sit matters, and compared with it; then probed for the property that defines
+Pre-LN: with every sub-layer silenced, the block is exactly the identity.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from toolkit.norm import LayerNorm, RMSNorm
+from toolkit.residual import EncoderStack, PostLNBlock, PreLNBlock
+
+pytestmark = pytest.mark.grade_cell("test_pre_ln_block")
+
+POST = "Post-LN where Pre-LN was asked"
+STREAM = "Pre-LN that normalises the residual stream itself"
+FINAL = "Pre-LN stack without the final norm"
+D, H, FF = 16, 4, 32
+INIT = {"d_model": D, "n_heads": H, "d_ff": FF}
+TOL = dict(atol=2e-5, rtol=1e-4)  # float32 modules
+
+
+def _randn(*shape, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _reference(cls, *args, seed=0, **kwargs):
+    torch.manual_seed(seed)
+    module = cls(*args, **kwargs).eval()
+    g = torch.Generator().manual_seed(seed + 100)
+    with torch.no_grad():  # norms that are not the identity, so their place matters
+        for m in module.modules():
+            if isinstance(m, (LayerNorm, RMSNorm)):
+                m.weight.copy_(1 + 0.5 * torch.randn(m.weight.shape, generator=g))
+                if getattr(m, "bias", None) is not None:
+                    m.bias.copy_(0.5 * torch.randn(m.bias.shape, generator=g))
+    return module
+
+
+def _state(module):
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+@pytest.mark.weight(3)
+@pytest.mark.pitfall(POST)
+def test_block_matches_reference(submission):
+    """PreLNBlock(16, 4, 32) with loaded weights: x + Attn(LN(x)), then x + FFN(LN(x))."""
+    ref = _reference(PreLNBlock, D, H, FF, seed=1)
+    x = _randn(2, 5, D, seed=2)
+    got = submission.module("PreLNBlock", x, init=INIT, state=_state(ref))
+    expect_tensor(got, shape=x.shape, name="PreLNBlock(x)")
+    post = PostLNBlock(D, H, FF).eval()
+    post.load_state_dict(ref.state_dict())
+    with torch.no_grad():
+        expected, as_post = ref(x), post(x)
+    if torch.allclose(got, as_post, **TOL):
+        raise CheckFailure("your PreLNBlock computes the Post-LN layout LN(x + F(x)): in Pre-LN "
+                           "each sub-layer reads norm(x) and its output is added to x unchanged")
+    assert_close(got, expected, **TOL, name="PreLNBlock(x)",
+                 hint="x = x + dropout1(self_attn(norm1(x), mask=mask)); "
+                      "x = x + dropout2(ffn(norm2(x)))")
+
+
+@pytest.mark.pitfall(POST)
+def test_block_passes_the_mask(submission):
+    """The key-padding mask reaches the attention: padded keys change nothing."""
+    ref = _reference(PreLNBlock, D, H, FF, seed=3)
+    x = _randn(2, 6, D, seed=4)
+    mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, None, :]
+    got = submission.module("PreLNBlock", x, init=INIT, state=_state(ref), mask=mask)
+    with torch.no_grad():
+        assert_close(got, ref(x, mask=mask), **TOL, name="PreLNBlock(x, mask=padding)",
+                     hint="pass mask=mask to self.self_attn")
+
+
+@pytest.mark.weight(2)
+@pytest.mark.pitfall(STREAM)
+@pytest.mark.property
+def test_identity_path(submission):
+    """With the attention and FFN output projections zeroed, the block returns x exactly."""
+    ref = _reference(PreLNBlock, D, H, FF, seed=5)
+    with torch.no_grad():
+        for linear in (ref.self_attn.out_proj, ref.ffn.fc2):
+            linear.weight.zero_()
+            linear.bias.zero_()
+    x = _randn(2, 4, D, seed=6) * 3 + 1
+    got = expect_tensor(submission.module("PreLNBlock", x, init=INIT, state=_state(ref)),
+                        shape=x.shape, name="PreLNBlock(x) with silent sub-layers")
+    if not torch.allclose(got, x, atol=1e-6):
+        raise CheckFailure("with sub-layers that output zeros, a Pre-LN block must return its "
+                           "input unchanged: the residual stream is never normalised, only each "
+                           "sub-layer's *input* (x + F(norm(x)), not norm(x) + F(norm(x)))")
+
+
+def test_rmsnorm_swiglu_block(submission):
+    """A LLaMA-style block (norm='rmsnorm', ffn='swiglu') built from your parts."""
+    init = {**INIT, "norm": "rmsnorm", "ffn": "swiglu", "eps": 1e-6}
+    ref = _reference(PreLNBlock, D, H, FF, "rmsnorm", "swiglu", 0.0, 1e-6, seed=7)
+    x = _randn(2, 3, D, seed=8)
+    got = submission.module("PreLNBlock", x, init=init, state=_state(ref))
+    with torch.no_grad():
+        assert_close(got, ref(x), **TOL, name="PreLNBlock(norm='rmsnorm', ffn='swiglu')(x)")
+
+
+@pytest.mark.weight(2)
+@pytest.mark.pitfall(FINAL)
+def test_pre_ln_stack_ends_with_a_norm(submission):
+    """EncoderStack(2 blocks, norm_first=True): the blocks, then final_norm."""
+    init = {"n_layers": 2, **INIT, "norm_first": True}
+    ref = _reference(EncoderStack, 2, D, H, FF, norm_first=True, seed=9)
+    x = _randn(2, 5, D, seed=10)
+    state = _state(ref)
+    try:
+        got = submission.module("EncoderStack", x, init=init, state=state)
+    except Exception as exc:
+        if "final_norm" in str(exc):
+            raise CheckFailure("EncoderStack(norm_first=True) has no final_norm parameters: a "
+                               "Pre-LN stack ends with make_norm(norm, d_model, eps)") from None
+        raise
+    with torch.no_grad():
+        h = x
+        for layer in ref.layers:
+            h = layer(h)
+        expected = ref.final_norm(h)
+    if torch.allclose(got, h, **TOL):
+        raise CheckFailure("the Pre-LN stack returns the raw residual stream: apply final_norm "
+                           "after the last block")
+    assert_close(got, expected, **TOL, name="EncoderStack(norm_first=True)(x)",
+                 hint="run every block, then self.final_norm")
+
+
+def test_post_ln_stack_has_no_final_norm(submission):
+    """EncoderStack(norm_first=False): Post-LN blocks and an identity final norm."""
+    init = {"n_layers": 2, **INIT, "norm_first": False}
+    ref = _reference(EncoderStack, 2, D, H, FF, norm_first=False, seed=11)
+    x = _randn(1, 4, D, seed=12)
+    got = submission.module("EncoderStack", x, init=init, state=_state(ref))
+    with torch.no_grad():
+        assert_close(got, ref(x), **TOL, name="EncoderStack(norm_first=False)(x)",
+                     hint="a Post-LN stack's final_norm is nn.Identity()")
+
+
+@pytest.mark.structural
+@pytest.mark.pitfall(FINAL)
+def test_stack_parameter_names(submission):
+    """A Pre-LN stack has final_norm.weight and final_norm.bias; a Post-LN stack has none."""
+    for norm_first in (True, False):
+        expected = sorted(EncoderStack(1, D, H, FF, norm_first=norm_first).state_dict())
+        got = submission.module_state("EncoderStack", init={"n_layers": 1, **INIT,
+                                                            "norm_first": norm_first})
+        if not isinstance(got, dict) or sorted(got) != expected:
+            extra = sorted(set(got or ()) ^ set(expected))
+            raise CheckFailure(f"EncoderStack(norm_first={norm_first}) parameters differ from "
+                               f"the specification: {extra[:4]}")
