@@ -56,17 +56,10 @@ ALL_RAN_JS = (
 
 
 def _widget_builders() -> set[str]:
-    """Names of the public builders in toolkit.widgets (what a notebook calls to show one)."""
-    import importlib
-    import pkgutil
+    """Names of every widget builder (what a notebook calls to show one)."""
+    from toolkit.widgets import BUILDERS
 
-    import toolkit.widgets as widgets
-
-    names = set()
-    for info in pkgutil.walk_packages(widgets.__path__, "toolkit.widgets."):
-        module = importlib.import_module(info.name)
-        names |= {n for n in getattr(module, "__all__", ()) if not n.startswith("plot_")}
-    return names
+    return {name for names in BUILDERS.values() for name in names}
 
 
 def _widget_cells(notebook: dict, builders: set[str]) -> list[int]:
