@@ -36,6 +36,7 @@ INSIDE_FILES = ("confine.py", "limits_launcher.py", "zygote.py")
 
 RLIMITS = {
     "as": resource.RLIMIT_AS,
+    "data": resource.RLIMIT_DATA,
     "cpu": resource.RLIMIT_CPU,
     "nproc": resource.RLIMIT_NPROC,
     "fsize": resource.RLIMIT_FSIZE,

@@ -32,7 +32,7 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
 from traitlets import default
 
-from . import forkserver
+from . import forkserver, gpu
 from .limits import Limits
 from .sandbox import bwrap_path, kept_under_tmp, kernel_environment, sandbox_uid, wrap_command
 from .slots import hand_over, kill_strays
@@ -56,6 +56,8 @@ class KernelLauncher:
         self.storage, self.limits, self.slot = storage, limits, slot
         self.hidden = tuple(Path(p) for p in hidden)
         self.use_fork_server = use_fork_server
+        #: Whether this submission's kernels see the GPU (:mod:`autograder.gpu`).
+        self.uses_gpu = limits.gpu and gpu.available()
         self.km: SandboxedKernelManager | None = None
         self._context: zmq.asyncio.Context | None = None
         self._inside_pid: int | None = None
@@ -77,7 +79,7 @@ class KernelLauncher:
             return self._start(None)
 
     def _fork_server(self):
-        if not self.use_fork_server:
+        if not self.use_fork_server or self.uses_gpu:  # the template has no GPU
             return None
         return forkserver.get(self.slot, self.hidden)
 
@@ -102,7 +104,7 @@ class KernelLauncher:
         self.km.kernel_spec.interrupt_mode = "message"
         # The kernel's own console chatter is of no use to anyone grading.
         run_sync(self.km.start_kernel)(
-            env=kernel_environment(workdir, self.storage.tmpdir()),
+            env=kernel_environment(workdir, self.storage.tmpdir(), self.uses_gpu),
             cwd=str(workdir),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -116,7 +118,7 @@ class KernelLauncher:
         keep = kept_under_tmp(self.storage.workdir)
         storage = self.storage.private_storage(keep, cover=scratch_root())
         return {
-            "limits": self.limits.rlimits(self.storage.mounted),
+            "limits": self.limits.rlimits(self.storage.mounted, self.uses_gpu),
             "uid": sandbox_uid(self.slot),
             "storage": storage,
         }
@@ -190,7 +192,7 @@ class SandboxedKernelManager(AsyncKernelManager):
             return cmd  # the zygote needs only the connection file
         launcher = self.launcher
         return wrap_command(cmd, launcher.storage.workdir, launcher.settings(),
-                            launcher.hidden, launcher.storage)
+                            launcher.hidden, launcher.storage, launcher.uses_gpu)
 
 
 class FastStartKernelClient(AsyncKernelClient):

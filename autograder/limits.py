@@ -66,6 +66,9 @@ class Limits:
     file_bytes: int = 256 * MiB
     #: Open file descriptors (RLIMIT_NOFILE).
     open_files: int = 512
+    #: Whether the kernel may use the grader's GPU when it has one (``gpu = true``;
+    #: :mod:`autograder.gpu`). Without one, or with ``AUTOGRADER_GPU=0``, it runs on the CPU.
+    gpu: bool = False
 
     @classmethod
     def from_table(cls, table: dict, where: str = "assignment.toml") -> Limits:
@@ -75,6 +78,11 @@ class Limits:
             if field.name not in table:
                 continue
             raw = table[field.name]
+            if field.type == "bool":
+                if not isinstance(raw, bool):
+                    raise ValueError(f"{where}: {field.name} = {raw!r} should be true or false")
+                values[field.name] = raw
+                continue
             is_size = field.name.endswith("_bytes")
             try:
                 value = parse_size(raw) if is_size else _NUMBER[field.type](raw)
@@ -106,10 +114,14 @@ class Limits:
             )
         return left
 
-    def rlimits(self, workdir_in_memory: bool) -> dict[str, int]:
-        """``{name: value}`` for :mod:`autograder.confine` (``as``, ``cpu``, ...)."""
+    def rlimits(self, workdir_in_memory: bool, uses_gpu: bool = False) -> dict[str, int]:
+        """``{name: value}`` for :mod:`autograder.confine` (``as``, ``cpu``, ...).
+
+        A kernel on a GPU gets the same budget as ``data`` (``RLIMIT_DATA``) instead:
+        the CUDA driver reserves more address space than any cap would allow.
+        """
         return {
-            "as": self.address_space(workdir_in_memory),
+            "data" if uses_gpu else "as": self.address_space(workdir_in_memory),
             "cpu": self.cpu_seconds,
             "nproc": self.processes,
             "fsize": self.file_bytes,

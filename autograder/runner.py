@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from . import kernel_side
+from . import gpu, kernel_side
 from .execute import KernelSession
 from .jobs import CheckRecord, Job, NotebookResult
 from .limits import Limits
@@ -138,7 +138,8 @@ def _diagnose(job: Job, result: NotebookResult, transcripts: dict) -> None:
 
 def describe_isolation(limits: Limits) -> str:
     """The isolation line: the sandbox in force and the caps, with what holds each."""
-    return f"{isolation_level()}; caps: {caps_in_force(limits, bwrap_path() is not None)}"
+    return (f"{isolation_level()}; caps: {caps_in_force(limits, bwrap_path() is not None)}"
+            + (f"; {gpu.describe(gpu.available())}" if limits.gpu else ""))
 
 
 def grade_notebook(job: Job) -> NotebookResult:

@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import confine
+from . import confine, gpu
 from .limits import COVER_BYTES
 
 #: What ``autograder grade`` prints: which isolation was in force.
@@ -131,7 +131,8 @@ def inside_files() -> list[str]:
 
 
 def wrap_command(cmd: list[str], workdir: Path, settings: dict,
-                 hidden: list[Path] | tuple[Path, ...] = (), storage=None) -> list[str]:
+                 hidden: list[Path] | tuple[Path, ...] = (), storage=None,
+                 uses_gpu: bool = False) -> list[str]:
     """Wrap a kernel command line with the limits launcher and, if available, bubblewrap.
 
     Args:
@@ -143,6 +144,7 @@ def wrap_command(cmd: list[str], workdir: Path, settings: dict,
             (the course workspace, the hidden checks, a solutions directory).
         storage: the submission's :class:`autograder.storage.Storage` (its ``/tmp``
             and ``/dev/shm``).
+        uses_gpu: show the GPU to the kernel (:mod:`autograder.gpu`).
     """
     bwrap = bwrap_path()
     settings = {**settings, "workdir": str(workdir)}
@@ -152,7 +154,8 @@ def wrap_command(cmd: list[str], workdir: Path, settings: dict,
     # bubblewrap mounts /tmp and /dev/shm itself: nothing left for the launcher.
     settings["storage"] = None
     args = bwrap_arguments(bwrap, writable=workdir, hidden=hidden,
-                           tmp=storage.sandbox_tmp(), shm=storage.sandbox_shm())
+                           tmp=storage.sandbox_tmp(), shm=storage.sandbox_shm(),
+                           uses_gpu=uses_gpu)
     args += ["--chdir", str(workdir)]
     args += ["--setenv", "HOME", str(workdir), "--setenv", "TMPDIR", "/tmp"]
     launcher = f"{confine.INSIDE_DIR}/limits_launcher.py"
@@ -160,13 +163,14 @@ def wrap_command(cmd: list[str], workdir: Path, settings: dict,
 
 
 def bwrap_arguments(bwrap: str, writable: Path, hidden=(), tmp: str | int = COVER_BYTES,
-                    shm: str | int | None = None) -> list[str]:
+                    shm: str | int | None = None, uses_gpu: bool = False) -> list[str]:
     """The bubblewrap options shared by a kernel's sandbox and a fork server's.
 
     Read-only system and Python paths, only the toolkit from the project, no network,
     one writable host directory, ``writable``, at its own path, and ``/tmp`` and
     ``/dev/shm``: a host folder to bind there (a string), or a fresh tmpfs of that many
     bytes (an int), or (``shm`` None) nothing yet. Everything else is read-only.
+    ``uses_gpu`` adds the NVIDIA device files and driver libraries.
     """
     toolkit_pkg, project_root = _project_paths()
     if os.geteuid() == 0:
@@ -188,6 +192,8 @@ def bwrap_arguments(bwrap: str, writable: Path, hidden=(), tmp: str | int = COVE
         elif host.is_dir():
             args += ["--ro-bind", str(host), str(host)]
     args += ["--dev", "/dev", "--proc", "/proc"]
+    if uses_gpu:
+        args += gpu.bwrap_arguments(_readonly_roots())
     args += _scratch_mount(tmp, "/tmp")
     if shm is not None:
         args += _scratch_mount(shm, "/dev/shm")
@@ -248,8 +254,10 @@ def _parent_dirs(path: Path, made: set[Path]) -> list[str]:
     return args
 
 
-def kernel_environment(workdir: Path, tmpdir: str = "/tmp") -> dict[str, str]:
-    """Environment for a grading kernel: no secrets from ours, single-threaded maths."""
+def kernel_environment(workdir: Path, tmpdir: str = "/tmp",
+                       uses_gpu: bool = False) -> dict[str, str]:
+    """Environment for a grading kernel: no secrets from ours, single-threaded maths;
+    with ``uses_gpu``, compiled Triton and the variables that locate the GPU."""
     keep = ("PATH", "LANG", "LC_ALL", "TERM", "SYSTEMROOT")
     env = {k: v for k, v in os.environ.items() if k in keep}
     env.update(
@@ -271,4 +279,6 @@ def kernel_environment(workdir: Path, tmpdir: str = "/tmp") -> dict[str, str]:
         TRITON_INTERPRET=os.environ.get("TRITON_INTERPRET", "1"),
         AUTOGRADER_GRADING="1",
     )
+    if uses_gpu:
+        env.update(gpu.kernel_environment())
     return env

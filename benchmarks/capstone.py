@@ -30,6 +30,11 @@
    loss first reaches ``--target-loss`` (default: the highest of the models' best
    losses, which all of them reach). bf16 autocast on a GPU (``--dtype``).
 
+5. What each modern part costs (``--tables parts``): the modern recipe against copies
+   with one part swapped for the classic one (LayerNorm, learned positions, a GELU
+   MLP of ``4 d``, all heads for K/V), and the classic recipe with the exact GELU,
+   taking turns on the same batches: tokens/s relative to the modern recipe.
+
 Timings are wall-clock in this process. By default torch uses one thread
 (``--threads 1``), which keeps timings stable on a shared machine; ``--threads 0``
 leaves torch's default.
@@ -96,7 +101,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch threads; 0 = torch default")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tables", default="recipes,decoding",
-                   help="comma list of: recipes, decoding, peer, backends")
+                   help="comma list of: recipes, decoding, peer, backends, parts")
     p.add_argument("--peer", default=None, help="nanoGPT's model.py, for --tables peer")
     p.add_argument("--with-reference", action="store_true",
                    help="peer table: add our recipes on the teaching code")
@@ -273,6 +278,32 @@ def bench_backends(args, corpus) -> None:
     print_table("Training time to a validation loss", ["backend", "val loss", "time"], rows)
 
 
+def bench_parts(args, corpus) -> None:
+    classic, modern = parameter_matched_configs(
+        vocab_size=corpus.vocab_size, d_model=args.d_model, n_layers=args.n_layers,
+        n_heads=args.n_heads, max_seq_len=args.block_size, attention_backend=args.backend,
+    )
+    variants = {
+        "modern": (modern, "RMSNorm, SwiGLU, GQA, RoPE"),
+        "LayerNorm": (replace(modern, norm="layernorm"), "RMSNorm -> LayerNorm"),
+        "learned positions": (replace(modern, position="learned"), "RoPE -> learned"),
+        "GELU MLP": (replace(modern, mlp="gelu", d_ff=4 * args.d_model), "SwiGLU -> GELU(4d)"),
+        "MHA": (replace(modern, n_kv_heads=args.n_heads), "GQA -> all heads for K/V"),
+        "classic": (replace(classic, mlp="gelu"), "LayerNorm, GELU, MHA, learned"),
+    }
+    models, details = {}, {}
+    for name, (config, detail) in variants.items():
+        torch.manual_seed(args.seed)
+        models[name], details[name] = GPT(config), f"{detail}, {config.attention_backend}"
+    eval_every = args.eval_every or max(1, args.steps // 4)
+    results = race(models, corpus.train, corpus.val, steps=args.steps,
+                   batch_size=args.batch_size, block_size=args.block_size, window=args.window,
+                   eval_every=eval_every, seed=args.seed)
+    _race_table(f"One part swapped at a time: {args.steps} steps x {args.batch_size} x "
+                f"{args.block_size} tokens, d_model={args.d_model}, n_layers={args.n_layers}, "
+                f"{torch.get_num_threads()} thread(s)", results, models, "modern", details)
+
+
 def modern_config(args, corpus) -> GPTConfig:
     """The modern recipe at the benchmark's size."""
     return GPTConfig.modern(vocab_size=corpus.vocab_size, d_model=args.d_model,
@@ -297,6 +328,8 @@ def main(argv=None) -> None:
         bench_peer(args, corpus)
     if "backends" in tables:
         bench_backends(args, corpus)
+    if "parts" in tables:
+        bench_parts(args, corpus)
 
 
 if __name__ == "__main__":

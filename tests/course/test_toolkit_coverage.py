@@ -114,6 +114,7 @@ NOT_YET_SHOWN = {
     "FusedFeedForward": "07: fused feed-forward on the fast path",
     "FusedLayerNorm": "07: fused LayerNorm on the fast path",
     "FusedRMSNorm": "07: fused RMSNorm on the fast path",
+    "FusedSwiGLU": "07: SwiGLU's gate with fewer new tensors on the fast path",
 }
 
 

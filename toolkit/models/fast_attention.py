@@ -18,6 +18,8 @@ Three things change, none of them the mathematics:
    too. The factors ``e^(i p theta_j)`` depend only on the position: they are computed
    once per model shape, device and dtype for every position up to ``max_seq_len``
    (:func:`toolkit.position.apply_rope` recomputes them in every call of every layer).
+   q and k sit next to each other in the joint projection, so one multiplication turns
+   both.
    16-bit dtypes have no complex type: they get the real formula on the same pairs.
 3. **The attention itself** runs on the configured backend
    (:func:`toolkit.models.backends.causal_attention`): PyTorch's fused kernel with
@@ -81,15 +83,18 @@ def pairs_side_by_side(d_head: int, device: torch.device) -> Tensor:
         return interleaved_to_half_permutation(d_head).argsort().to(device)
 
 
-def rotate_pairs(x: Tensor, positions: Tensor, max_seq_len: int, base: float) -> Tensor:
-    """RoPE on ``x`` ``(B, heads, T, D)`` whose pairs are features ``(2j, 2j + 1)``."""
-    D = x.shape[-1]
+def rotate_pairs(x: Tensor, start_pos: int, max_seq_len: int, base: float) -> Tensor:
+    """RoPE on ``x`` ``(B, T, heads, D)`` at positions ``start_pos .. start_pos + T - 1``,
+    its pairs being features ``(2j, 2j + 1)``. The positions are consecutive, so the
+    rotations are a slice of the table, not a gather."""
+    T, D = x.shape[1], x.shape[-1]
+    rows = slice(start_pos, start_pos + T)
     if x.dtype in (torch.float32, torch.float64):
-        phasors = rope_phasors(max_seq_len, D, base, x.device, x.dtype)[positions]  # (T, D/2)
-        pairs = torch.view_as_complex(x.unflatten(-1, (D // 2, 2)))  # a + ib: (B, heads, T, D/2)
+        phasors = rope_phasors(max_seq_len, D, base, x.device, x.dtype)[rows, None]  # (T, 1, D/2)
+        pairs = torch.view_as_complex(x.unflatten(-1, (D // 2, 2)))  # a + ib: (B, T, heads, D/2)
         return torch.view_as_real(pairs * phasors).flatten(-2)  # (a + ib) e^(i p theta)
     cos, sin = rope_table(max_seq_len, D, base, x.device, x.dtype)
-    cos, sin = cos[positions], sin[positions]  # (T, D), the same for every head
+    cos, sin = cos[rows, None], sin[rows, None]  # (T, 1, D), the same for every head
     return x * cos + rotate_interleaved(x) * sin  # (a cos - b sin, b cos + a sin)
 
 
@@ -126,11 +131,12 @@ class FastCausalSelfAttention(CausalSelfAttention):
         H, H_kv, D = self.n_heads, self.n_kv_heads, self.d_head
         # split, not slicing: its gradient is one concatenation, where each slice's is a
         # zero tensor of the whole size with the slice copied in
-        q, k, v = self._project_qkv(x).split((H, H_kv, H_kv), dim=2)  # (B, T, heads, D)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, D)
+        qk, v = self._project_qkv(x).split((H + H_kv, H_kv), dim=2)  # (B, T, heads, D)
         if self.config.position_type == "rope":  # absolute positions; cached keys keep theirs
-            q = rotate_pairs(q, positions, self.config.max_seq_len, self.config.rope_base)
-            k = rotate_pairs(k, positions, self.config.max_seq_len, self.config.rope_base)
+            # q and k side by side: one rotation for both (positions = start_pos + t)
+            qk = rotate_pairs(qk, start_pos, self.config.max_seq_len, self.config.rope_base)
+        q, k = qk.split((H, H_kv), dim=2)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, D)
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v, start_pos)  # (B, H_kv, start_pos + T, D)
         out = causal_attention(q, k, v, self.config.attention_backend)  # (B, H, T, D)

@@ -15,11 +15,12 @@ teaching             fused
                      :class:`_RMSNormFunction` (LayerNorm's fused backward)
 ``gelu_tanh``        ``F.gelu(x, approximate="tanh")``
 ``gelu_exact``       ``F.gelu(x)``
+``SwiGLU``           the gate ``silu(g) * u`` as :class:`_SiLUGateFunction`
 ===================  =============================================================
 
-(:class:`toolkit.ffn.SwiGLU` already gates with ``F.silu``. Joining its gate and up
-projections into one product was measured slower on a CPU: the gradient then needs
-the two halves copied back together, more memory traffic than the product saves.)
+(Joining SwiGLU's gate and up projections into one product was measured slower on a
+CPU: the gradient then needs the two halves copied back together, more memory traffic
+than the product saves.)
 
 Equal to the teaching versions to float rounding (tested). :class:`toolkit.models.GPT`
 builds them for every ``attention_backend`` except ``"reference"``.
@@ -33,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from toolkit.ffn import FeedForward
+from toolkit.ffn import FeedForward, SwiGLU
 from toolkit.norm import LayerNorm, RMSNorm
 
 #: The fused kernel for each activation name of :data:`toolkit.ffn.ACTIVATIONS`.
@@ -89,7 +90,9 @@ class _RMSNormFunction(torch.autograd.Function):
         d_x, d_weight, _ = torch.ops.aten.native_layer_norm_backward(
             g, x, [d], torch.zeros_like(r), r, weight, None, [True, True, False]
         )  # LayerNorm's gradients with mu = 0
-        d_x.addcmul_(r, (g @ weight).unsqueeze(-1), value=1.0 / d)  # + r mean(g gamma)
+        # + r mean(g gamma): the (..., 1) factor first, so that the full-size pass is one
+        # broadcast add (addcmul_ with two broadcast factors is several times slower)
+        d_x.add_((g @ weight).unsqueeze(-1).mul_(r).div_(d))
         return d_x, d_weight, None
 
 
@@ -117,3 +120,44 @@ class FusedFeedForward(FeedForward):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.act = FUSED_ACTIVATIONS[self.activation]
+
+
+class _SiLUGateFunction(torch.autograd.Function):
+    """``h = silu(g) * u``, SwiGLU's gate, writing fewer new full-size tensors.
+
+    ``g`` and ``u`` are ``(..., d_ff)``, the largest activations of the block. On a CPU
+    each elementwise pass that writes a *new* tensor of that size costs about twice one
+    that writes in place: the new memory is not in cache yet. Autograd's version writes
+    five (``silu(g)``, the product; in the backward ``dh s``, ``dh u`` and ``silu'``'s
+    product) and keeps ``silu(g)`` alive for the backward. Here, with ``s = silu(g)``:
+
+        forward:  h = s, then h *= u                    (one new tensor)
+        backward: dL/du = s dh  (s recomputed, then *= dh in place)
+                  dL/dg = (dh u) silu'(g),  silu'(g) = sigmoid(g) (1 + g (1 - sigmoid(g)))
+                  (the product new, ``silu_backward`` in place)
+
+    Three new tensors instead of five, one pass more (``s`` is recomputed rather than
+    saved), and the training step of the modern recipe about 4 % faster on a CPU.
+    """
+
+    @staticmethod
+    def forward(ctx, g: Tensor, u: Tensor) -> Tensor:
+        ctx.save_for_backward(g, u)
+        return F.silu(g).mul_(u)  # silu(g) * u
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_h: Tensor):
+        g, u = ctx.saved_tensors
+        d_u = F.silu(g).mul_(d_h)  # dL/du = dh silu(g)
+        d_g = torch.mul(d_h, u)  # dh u, then times silu'(g) in place:
+        torch.ops.aten.silu_backward.grad_input(d_g, g, grad_input=d_g)
+        return d_g, d_u
+
+
+class FusedSwiGLU(SwiGLU):
+    """:class:`toolkit.ffn.SwiGLU` with its gate computed by :class:`_SiLUGateFunction`."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        gated = _SiLUGateFunction.apply(self.gate_proj(x), self.up_proj(x))  # silu(g) * u
+        return self.dropout(self.down_proj(gated))

@@ -21,7 +21,7 @@ from toolkit.ffn import FeedForward, SwiGLU
 from toolkit.models.attention import CausalSelfAttention
 from toolkit.models.config import GPTConfig
 from toolkit.models.fast_attention import FastCausalSelfAttention
-from toolkit.models.fused import FusedFeedForward, FusedLayerNorm, FusedRMSNorm
+from toolkit.models.fused import FusedFeedForward, FusedLayerNorm, FusedRMSNorm, FusedSwiGLU
 from toolkit.models.kv_cache import StaticKVCache
 from toolkit.norm import LayerNorm, RMSNorm
 
@@ -36,8 +36,8 @@ def _make_norm(config: GPTConfig) -> nn.Module:
 
 def _make_mlp(config: GPTConfig) -> nn.Module:
     d, hidden, bias = config.d_model, config.ffn_hidden, config.use_bias
-    if config.mlp_type == "swiglu":  # gated by F.silu in either case
-        return SwiGLU(d, hidden, bias=bias)
+    if config.mlp_type == "swiglu":
+        return (FusedSwiGLU if config.fused else SwiGLU)(d, hidden, bias=bias)
     feed_forward = FusedFeedForward if config.fused else FeedForward
     return feed_forward(d, hidden, activation=config.mlp_type, bias=bias)
 
