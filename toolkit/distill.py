@@ -151,15 +151,21 @@ def distill(
     temperature: float = 2.0, alpha_soft: float = 0.5, alpha_hard: float = 0.5,
     alpha_cos: float = 0.0, batch_size: int = 32, lr: float = 2e-3, seed: int = 0,
     loss_fn: Callable[..., Tensor] = distillation_loss,
+    masking: MaskedLMDataset | None = None,
     callback: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Train ``student`` on dynamically masked batches against ``teacher``; returns losses.
 
     AdamW with a short warm-up and cosine decay, gradients clipped at 1; the teacher is
-    frozen (eval mode, no gradients). ``loss_fn`` defaults to :func:`distillation_loss`.
+    frozen (eval mode, no gradients). ``loss_fn`` defaults to :func:`distillation_loss`;
+    ``masking`` serves the masked batches (default: dynamic masking of
+    ``corpus.train_ids`` seeded with ``seed``; a notebook passes its own
+    ``MaskedLMDataset``, as to :func:`toolkit.pretrain.pretrain`).
     """
     v = corpus.vocab
-    masking = MaskedLMDataset(corpus.train_ids, v.special_ids, v.mask_id, v.vocab_size, seed=seed)
+    if masking is None:
+        masking = MaskedLMDataset(corpus.train_ids, v.special_ids, v.mask_id, v.vocab_size,
+                                  seed=seed)
     optimizer = torch.optim.AdamW(student.parameters(), lr=lr, weight_decay=0.01)
     generator = torch.Generator().manual_seed(seed)
     teacher.eval()

@@ -1289,7 +1289,7 @@ def record(step, loss):
 
 
 losses = pretrain(model, corpus, STEPS, masking=masking, callback=record)
-eval_batch = evaluation_batch(corpus)
+eval_batch = evaluation_batch(corpus, mask_fn=mask_tokens)  # your masking, a fixed seed
 accuracy = evaluate_masked_accuracy(model, eval_batch)
 print(f"masked-word accuracy on validation: {accuracy:.3f} "
       f"(unigram baseline {unigram_accuracy(corpus.train_stream, eval_batch['labels']):.3f})")
@@ -1305,7 +1305,7 @@ if not Path(CHECKPOINT).is_file():
 reloaded = load_bert(CHECKPOINT, model_class=TinyBert)
 assert reloaded.config.vocab_size == vocab.vocab_size, "train on the course vocabulary"
 assert sum(p.numel() for p in reloaded.parameters()) <= 4_000_000, "at most 4M parameters"
-eval_batch = evaluation_batch(corpus)
+eval_batch = evaluation_batch(corpus, mask_fn=mask_tokens)
 accuracy = evaluate_masked_accuracy(reloaded, eval_batch)
 baseline = unigram_accuracy(corpus.train_stream, eval_batch["labels"])
 print(f"masked-word accuracy {accuracy:.3f} (baseline {baseline:.3f}, target {TARGET_ACCURACY}): "
@@ -1324,7 +1324,9 @@ assert accuracy <= IMPLAUSIBLE_ACCURACY, "an accuracy this high means the model 
 from toolkit.distill import distill, student_from_teacher  # noqa: E402
 
 student = student_from_teacher(model)
-distill(model, student, corpus, 300, temperature=2.0, loss_fn=distillation_loss)
+distill(model, student, corpus, 300, temperature=2.0, loss_fn=distillation_loss,
+        masking=MaskedLMDataset(corpus.train_ids, vocab.special_ids, vocab.mask_id,
+                                vocab.vocab_size))
 torch.manual_seed(0)
 scratch = TinyBert(BertConfig(vocab_size=vocab.vocab_size, d_model=64, n_layers=1, n_heads=4,
                               max_seq_len=64))

@@ -65,7 +65,18 @@ PROBE = textwrap.dedent("""
                 "says": [p.value for p in parts if isinstance(p, w.HTML)
                          and "is not written yet" in p.value],
             }
-    print(json.dumps({"toolkit": toolkit.__file__, "stub": stub, "shown": shown}))
+    # Assignment 05's evaluation with the notebook's own masking, not the stubbed default.
+    from toolkit.pretrain import evaluation_batch, load_mlm_corpus
+    corpus = load_mlm_corpus()
+    try:
+        evaluation_batch(corpus, n=2)
+        default_masking = "ran"
+    except NotImplementedError as error:
+        default_masking = str(error)
+    own = evaluation_batch(corpus, n=2, mask_fn=lambda ids, s, m, v, generator=None: (ids, ids))
+    own_masking = bool(torch.equal(own["labels"], corpus.val_ids[:2]))
+    print(json.dumps({"toolkit": toolkit.__file__, "stub": stub, "shown": shown,
+                      "default_masking": default_masking, "own_masking": own_masking}))
 """)
 
 
@@ -118,5 +129,7 @@ def test_graded_functions_are_stubs_and_every_widget_builds(student_venv, tmp_pa
         (says,) = shown["says"]
         missing = says.split("needs <code>")[1].split("</code>")[0]
         assert missing in stubbed and "(assignment 0" in says, (name, says)
+    assert result["default_masking"].startswith("`mask_tokens` is not written yet")
+    assert result["own_masking"]  # a notebook's own mask_tokens runs in its place
     drawn = {name for name, shown in result["shown"].items() if shown["drawn"]}
     assert drawn == {"online_softmax_stepper", "attention_memory_explorer"}  # no exercise

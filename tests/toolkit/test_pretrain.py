@@ -99,3 +99,36 @@ def test_student_from_teacher_keeps_every_other_block(teacher):
     assert student.mlm_head.decoder.weight is student.embeddings.word_embeddings.weight
     with pytest.raises(ValueError, match="keep_every"):
         student_from_teacher(teacher, 0)
+
+
+def test_a_notebook_s_own_masking_is_used(corpus, teacher):
+    """evaluation_batch and distill take the notebook's masking: with the student build of
+    the toolkit the defaults are stubs until the assignment is over."""
+    calls = []
+
+    def mask_everything(ids, special_ids, mask_id, vocab_size, generator=None):
+        calls.append(generator.initial_seed())
+        return torch.full_like(ids, mask_id), ids.clone()
+
+    batch = evaluation_batch(corpus, n=4, seed=7, mask_fn=mask_everything)
+    assert calls == [7] and (batch["input_ids"] == corpus.vocab.mask_id).all()
+    assert torch.equal(batch["labels"], corpus.val_ids[:4])
+
+    class CountingMasking:
+        def __init__(self, inner):
+            self.inner, self.batches = inner, 0
+
+        def __len__(self):
+            return len(self.inner)
+
+        def batch(self, indices):
+            self.batches += 1
+            return self.inner.batch(indices)
+
+    from toolkit.mlm import MaskedLMDataset
+
+    v = corpus.vocab
+    masking = CountingMasking(MaskedLMDataset(corpus.train_ids, v.special_ids, v.mask_id,
+                                              v.vocab_size))
+    distill(teacher, student_from_teacher(teacher), corpus, 3, masking=masking)
+    assert masking.batches == 3
