@@ -136,6 +136,32 @@ def test_weight_decay_only_on_matrices():
     assert any(p is model.wte.weight for p in decay["params"])
 
 
+def test_the_update_is_fused_and_equals_adamw_s_loop():
+    """One fused kernel per tensor on a CPU (PyTorch's default there is a Python loop),
+    and the same parameters as the loop after a few steps."""
+    fused_model, loop_model = tiny_model("modern"), tiny_model("modern")
+    loop_model.load_state_dict(fused_model.state_dict())
+    fused = configure_optimizer(fused_model, 1e-2, 0.1)
+    assert fused.defaults["fused"] is True
+    by_name = dict(loop_model.named_parameters())
+    groups = [{"params": [by_name[n] for n in names], "weight_decay": g["weight_decay"]}
+              for g, names in zip(fused.param_groups, _group_names(fused_model, fused))]
+    loop = torch.optim.AdamW(groups, lr=1e-2, betas=(0.9, 0.95), foreach=False, fused=False)
+    assert not loop.param_groups[0]["fused"]
+    x, y = get_batch(torch.tensor(ByteTokenizer().encode(TEXT)), 4, 32,
+                     torch.Generator().manual_seed(0))
+    for _ in range(3):
+        train_step(fused_model, fused, x, y)
+        train_step(loop_model, loop, x, y)
+    for (name, a), b in zip(fused_model.named_parameters(), loop_model.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def _group_names(model, optimizer) -> list[list[str]]:
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [[names[id(p)] for p in g["params"]] for g in optimizer.param_groups]
+
+
 def test_gradient_clipping_bounds_the_norm():
     model = tiny_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.0)

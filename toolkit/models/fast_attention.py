@@ -131,11 +131,14 @@ class FastCausalSelfAttention(CausalSelfAttention):
         H, H_kv, D = self.n_heads, self.n_kv_heads, self.d_head
         # split, not slicing: its gradient is one concatenation, where each slice's is a
         # zero tensor of the whole size with the slice copied in
-        qk, v = self._project_qkv(x).split((H + H_kv, H_kv), dim=2)  # (B, T, heads, D)
+        qkv = self._project_qkv(x)  # (B, T, H + 2 H_kv, D)
         if self.config.position_type == "rope":  # absolute positions; cached keys keep theirs
             # q and k side by side: one rotation for both (positions = start_pos + t)
+            qk, v = qkv.split((H + H_kv, H_kv), dim=2)
             qk = rotate_pairs(qk, start_pos, self.config.max_seq_len, self.config.rope_base)
-        q, k = qk.split((H, H_kv), dim=2)
+            q, k = qk.split((H, H_kv), dim=2)
+        else:
+            q, k, v = qkv.split((H, H_kv, H_kv), dim=2)  # (B, T, heads, D)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, D)
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v, start_pos)  # (B, H_kv, start_pos + T, D)
