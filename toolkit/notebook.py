@@ -9,9 +9,9 @@ one would add a ``NameError`` that hides the real reason.
 :func:`friendly_errors` (called once, in a notebook's first cell) asks IPython to report
 two cases briefly:
 
-* an exercise that is not written yet: ``⏸ This cell needs `GPT.__init__`, which is not
+* an exercise that is not written yet: ``‖ This cell needs `GPT.__init__`, which is not
   written yet (Exercise 3). Write it, run its cell, then run this cell again.``
-* a name that a cell above would have made, had its exercise been written: ``⏸ `my_model`
+* a name that a cell above would have made, had its exercise been written: ``‖ `my_model`
   does not exist yet: the cell that makes it stopped because `GPT.__init__` is not
   written yet (Exercise 3).``
 
@@ -34,6 +34,10 @@ from __future__ import annotations
 import ast
 import re
 from typing import NamedTuple
+
+#: What starts each of friendly_errors' lines: a pause sign that every common font has
+#: (the emoji one, U+23F8, shows as a box where no emoji font is installed).
+MARK = "‖"
 
 #: How the course's stubs start their message. The exercise in brackets may hold one level
 #: of brackets of its own ("Exercise 3: `GPT` (tying, `forward`)").
@@ -121,18 +125,18 @@ class _Reporter:
                       "solutions are unlocked: use your own." if stub.in_student_toolkit
                       else "Write it, run its cell, then run this cell again.")
             return self._say(etype, value, (
-                f"⏸ This cell needs `{stub.name}`, which is not written yet{stub.where}. "
+                f"{MARK} This cell needs `{stub.name}`, which is not written yet{stub.where}. "
                 f"{advice}"))
         if issubclass(etype, NotReadyError):
             for name in _defined_names(source):
                 self.missing[name] = str(value)
-            return self._say(etype, value, f"⏸ {value}")
+            return self._say(etype, value, f"{MARK} {value}")
         if issubclass(etype, NameError) and getattr(value, "name", None) in self.missing:
             reason = self.missing[value.name]
             for name in _defined_names(source):
                 self.missing.setdefault(name, reason)
             return self._say(etype, value, (
-                f"⏸ `{value.name}` does not exist yet: the cell that makes it stopped "
+                f"{MARK} `{value.name}` does not exist yet: the cell that makes it stopped "
                 f"because {reason}."))
         # Anything else: IPython's usual traceback.
         stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)

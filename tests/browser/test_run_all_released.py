@@ -23,6 +23,8 @@ import json
 
 import pytest
 
+from toolkit.notebook import MARK
+
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 RUN_ALL_TIMEOUT_MS = 420_000
@@ -96,8 +98,8 @@ def released(lab_server):
 
 
 def _says_what_is_missing(error: str) -> bool:
-    """One of friendly_errors' lines (``⏸ ...``), not a traceback."""
-    return error.lstrip().startswith("⏸") and "Traceback" not in error
+    """One of friendly_errors' lines (``‖ ...``), not a traceback."""
+    return error.lstrip().startswith(MARK) and "Traceback" not in error
 
 
 def _describe(states) -> str:

@@ -1,7 +1,7 @@
 """A lecture comes before its assignment, so in a course that installs the student toolkit
 (``autograder release --student-toolkit``) it meets that assignment's exercises as stubs.
 Run All must still reach the end: each cell that needs an exercise says so in one line
-(``⏸ This cell needs ...``, from ``toolkit.notebook.friendly_errors``), widgets say what
+(``‖ This cell needs ...``, from ``toolkit.notebook.friendly_errors``), widgets say what
 they need, and nothing else fails.
 
 The wheel is built with every assignment locked (the strictest case: lecture 01 before
@@ -76,5 +76,5 @@ def test_run_all_reaches_the_end_with_one_line_per_missing_exercise(
     assert Path(printed.strip()).is_relative_to(site), printed  # the wheel's toolkit
     errors = [(i, o) for i, c in enumerate(cells) for o in c.outputs if o.output_type == "error"]
     loud = [f"code cell {i}: {o.ename}: {o.evalue}" for i, o in errors
-            if not (len(o.traceback) == 1 and o.traceback[0].startswith("⏸"))]
+            if not (len(o.traceback) == 1 and o.traceback[0].startswith("‖"))]
     assert not loud, f"{lecture.notebook} under the student toolkit:\n" + "\n".join(loud)

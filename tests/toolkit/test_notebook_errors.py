@@ -53,19 +53,19 @@ def test_messages_in_a_kernel():
     assert errors[0] is None and errors[1] is None
     needs, missing, other, not_ready, after, left_out = errors[2:8]
     assert needs["ename"] == "NotImplementedError" and needs["traceback"] == [
-        "⏸ This cell needs `GPT.__init__`, which is not written yet (Exercise 3: GPT). "
+        "‖ This cell needs `GPT.__init__`, which is not written yet (Exercise 3: GPT). "
         "Write it, run its cell, then run this cell again."]
     assert missing["ename"] == "NameError" and missing["traceback"] == [
-        "⏸ `my_model` does not exist yet: the cell that makes it stopped because "
+        "‖ `my_model` does not exist yet: the cell that makes it stopped because "
         "`GPT.__init__` is not written yet (Exercise 3: GPT)."]
     assert other["ename"] == "NameError" and len(other["traceback"]) > 1  # the usual traceback
     # A step that is not done yet: its own message, then what it leaves undefined.
     assert not_ready["ename"] == "NotReadyError" and not_ready["traceback"] == [
-        "⏸ ckpt.safetensors not found: run the training section"]
+        "‖ ckpt.safetensors not found: run the training section"]
     assert after["traceback"] == [
-        "⏸ `reloaded` does not exist yet: the cell that makes it stopped because "
+        "‖ `reloaded` does not exist yet: the cell that makes it stopped because "
         "ckpt.safetensors not found: run the training section."]
     assert left_out["traceback"] == [
-        "⏸ This cell needs `causal_mask`, which is not written yet (assignment 01-attention). "
+        "‖ This cell needs `causal_mask`, which is not written yet (assignment 01-attention). "
         "The toolkit you installed leaves it out until that assignment's solutions are "
         "unlocked: use your own."]
