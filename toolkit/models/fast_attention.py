@@ -133,7 +133,8 @@ class FastCausalSelfAttention(CausalSelfAttention):
         # zero tensor of the whole size with the slice copied in
         qkv = self._project_qkv(x)  # (B, T, H + 2 H_kv, D)
         if self.config.position_type == "rope":  # absolute positions; cached keys keep theirs
-            # q and k side by side: one rotation for both (positions = start_pos + t)
+            # q and k side by side: one rotation for both. `positions` is always
+            # start_pos + arange(T) (GPT.forward), so the table is sliced, not gathered.
             qk, v = qkv.split((H + H_kv, H_kv), dim=2)
             qk = rotate_pairs(qk, start_pos, self.config.max_seq_len, self.config.rope_base)
             q, k = qk.split((H, H_kv), dim=2)
