@@ -101,13 +101,8 @@ def test_bwrap_arguments_bind_devices_after_the_fresh_dev(monkeypatch, tmp_path)
     assert "--dev-bind" not in sandbox.bwrap_arguments("bwrap", writable=tmp_path)
 
 
-def _probe(limits: Limits) -> tuple[str, KernelSession]:
-    code = (
-        "import os, resource\n"
-        f"print(os.path.exists({STAND_IN!r}), os.environ['TRITON_INTERPRET'],\n"
-        "      resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY,\n"
-        "      resource.getrlimit(resource.RLIMIT_DATA)[0] != resource.RLIM_INFINITY)\n"
-    )
+def _run_cell(code: str, limits: Limits) -> tuple[str, KernelSession]:
+    """Run one code cell in a fresh sandboxed session: (its text and error output, session)."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
     with slots.sandbox_slot() as slot:
         session = KernelSession(limits, slot=slot)
@@ -115,7 +110,19 @@ def _probe(limits: Limits) -> tuple[str, KernelSession]:
             session.run_notebook(nb)
         finally:
             session.close()
-    return "".join(str(o.get("text", "")) for o in nb.cells[0].outputs).strip(), session
+    outputs = nb.cells[0].outputs
+    return "".join(str(o.get("text", "")) + str(o.get("evalue", "")) for o in outputs), session
+
+
+def _probe(limits: Limits) -> tuple[str, KernelSession]:
+    code = (
+        "import os, resource\n"
+        f"print(os.path.exists({STAND_IN!r}), os.environ['TRITON_INTERPRET'],\n"
+        "      resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY,\n"
+        "      resource.getrlimit(resource.RLIMIT_DATA)[0] != resource.RLIM_INFINITY)\n"
+    )
+    text, session = _run_cell(code, limits)
+    return text.strip(), session
 
 
 @pytest.mark.slow
@@ -143,12 +150,5 @@ def test_a_gpu_assignment_kernel_computes_on_the_gpu():
         "x = torch.arange(6.0, device='cuda').reshape(2, 3)\n"
         "print(torch.cuda.is_available(), os.environ['TRITON_INTERPRET'], float((x @ x.T).sum()))\n"
     )
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
-    with slots.sandbox_slot() as slot:
-        session = KernelSession(Limits(cell_timeout=120, gpu=True), slot=slot)
-        try:
-            session.run_notebook(nb)
-        finally:
-            session.close()
-    text = "".join(str(o.get("text", "")) + str(o.get("evalue", "")) for o in nb.cells[0].outputs)
+    text, _ = _run_cell(code, Limits(cell_timeout=120, gpu=True))
     assert text.split() == ["True", "0", "83.0"], text
