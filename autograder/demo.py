@@ -38,7 +38,7 @@ def demo(
         log(f"Released {name} -> {release}")
         spec = course.spec(name)
         students = make_class(course, spec, broken=True)
-        write_submissions(course, spec, students)
+        write_submissions(course, spec, students, workers=workers)
         log(f"Handed in {len(students)} submissions: {', '.join(students)}")
         # Keep the infinite-loop student short in a demo.
         grade(

@@ -12,7 +12,8 @@ rest, the same for all of them:
 2. look the checkpoint up in the cache shared by one ``write_submissions`` call
    (``AUTOGRADER_PREPARE_SCRATCH``), keyed by the script, torch's version and the cells
    training uses (:func:`cache_key`): the reference and the mutants of exercises that
-   training never calls share one run;
+   training never calls share one run (the runs overlap; a lock per key makes the
+   later ones wait for the first instead of training again);
 3. otherwise execute the cells in one namespace (:func:`run_cells`; a failing cell is
    reported and skipped, as a broken submission's would be) and hand it to the script's
    ``train_and_save``;
@@ -23,6 +24,7 @@ rest, the same for all of them:
 from __future__ import annotations
 import __future__
 
+import fcntl
 import hashlib
 import json
 import os
@@ -98,12 +100,26 @@ def prepare_checkpoint(
         return 0
     cells = assignment_cells(nb)
     scratch = os.environ.get("AUTOGRADER_PREPARE_SCRATCH")
+    if not scratch:
+        return _train(student, cells, checkpoint, name, train_and_save, steps)
     key = cache_key(script, cells, not_for_training)
-    cached = Path(scratch, f"{name}-{key}.safetensors") if scratch else None
-    if cached is not None and cached.is_file():
-        shutil.copyfile(cached, checkpoint)
-        print(f"{student}: {checkpoint} from the cache")
-        return 0
+    cached = Path(scratch, f"{name}-{key}.safetensors")
+    # Submissions are prepared in parallel: the first run of a key trains while later
+    # runs of the same key wait here, then copy its checkpoint.
+    with open(Path(scratch, f"{name}-{key}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cached.is_file():
+            shutil.copyfile(cached, checkpoint)
+            print(f"{student}: {checkpoint} from the cache")
+            return 0
+        _train(student, cells, checkpoint, name, train_and_save, steps)
+        if Path(checkpoint).is_file():
+            shutil.copyfile(checkpoint, cached)
+    return 0
+
+
+def _train(student, cells, checkpoint, name, train_and_save, steps) -> int:
+    """Run the cells, train and save; a submission that cannot train gets no checkpoint."""
     started = time.perf_counter()
     try:
         loss = train_and_save(run_cells(cells, f"{name}_submission"))
@@ -111,8 +127,6 @@ def prepare_checkpoint(
         Path(checkpoint).unlink(missing_ok=True)
         print(f"{student}: no checkpoint: training failed ({type(exc).__name__}: {exc})"[:500])
         return 0
-    if cached is not None:
-        shutil.copyfile(checkpoint, cached)
     print(f"{student}: trained {steps} steps in {time.perf_counter() - started:.0f}s, "
           f"last training loss {loss:.3f}; saved {checkpoint}")
     return 0

@@ -14,9 +14,11 @@ import os
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import nbformat
+from tqdm import tqdm
 
 from .course import AssignmentSpec, Course, CourseError, Mutant, notebook_from_text
 
@@ -185,20 +187,45 @@ def make_class(course: Course, spec: AssignmentSpec, *, broken: bool = False) ->
     return students
 
 
-def write_submissions(course: Course, spec: AssignmentSpec, students: dict[str, dict]) -> None:
-    with tempfile.TemporaryDirectory(prefix="autograder-prepare-") as scratch:
-        for student, notebooks in students.items():
-            folder = course.path("submitted", student, spec.name)
-            folder.mkdir(parents=True, exist_ok=True)
-            for nb_id, nb in notebooks.items():
-                target = Path(folder, f"{nb_id}.ipynb")
-                if isinstance(nb, bytes):
-                    target.write_bytes(nb)
-                else:
-                    nbformat.write(nb, target)
-            # A degenerate submission hands in nothing besides its notebook.
-            if spec.prepare and student not in DEGENERATE:
-                run_prepare(spec, folder, student, Path(scratch))
+def write_submissions(
+    course: Course,
+    spec: AssignmentSpec,
+    students: dict[str, dict],
+    workers: int | None = None,
+    progress: bool = True,
+) -> None:
+    """Hand in ``students`` (id -> notebook id -> notebook, or raw bytes for a broken file).
+
+    Every notebook is written first; then, if the assignment names a ``prepare`` script,
+    it runs for each submission that is not degenerate, ``workers`` at a time (default:
+    the cores; each run is its own process, with its own single thread), with a
+    progress bar on stderr.
+    """
+    for student, notebooks in students.items():
+        folder = course.path("submitted", student, spec.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        for nb_id, nb in notebooks.items():
+            target = Path(folder, f"{nb_id}.ipynb")
+            if isinstance(nb, bytes):
+                target.write_bytes(nb)
+            else:
+                nbformat.write(nb, target)
+    # A degenerate submission hands in nothing besides its notebook.
+    to_prepare = [s for s in students if s not in DEGENERATE] if spec.prepare else []
+    if not to_prepare:
+        return
+    with tempfile.TemporaryDirectory(prefix="autograder-prepare-") as scratch, \
+            ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        runs = [pool.submit(run_prepare, spec, course.path("submitted", s, spec.name), s,
+                            Path(scratch)) for s in to_prepare]
+        bar = tqdm(total=len(runs), desc=f"preparing {spec.name} ({spec.prepare})",
+                   unit="submission", disable=not progress, file=sys.stderr)
+        with bar:
+            for run in as_completed(runs):
+                # A failing script was reported and skipped; result() re-raises only what
+                # is wrong with this machine (no Python to run it, say).
+                run.result()
+                bar.update(1)
 
 
 def run_prepare(spec: AssignmentSpec, folder: Path, student: str, scratch: Path) -> bool:
@@ -210,9 +237,10 @@ def run_prepare(spec: AssignmentSpec, folder: Path, student: str, scratch: Path)
     this Python, the submission folder as working directory, at most
     ``submission_timeout`` seconds) after the submission's notebooks are written, and
     writes what that student would hand in next to them. ``AUTOGRADER_PREPARE_SCRATCH``
-    names a folder shared by the runs of one :func:`write_submissions` call (a cache, say).
-    A failure is reported on stderr and grading goes on: the submission then lacks the
-    file, as a student's would. Returns whether the script succeeded.
+    names a folder shared by the runs of one :func:`write_submissions` call (a cache, say;
+    the runs may overlap, so the script must guard what it shares). A failure is
+    reported on stderr and grading goes on: the submission then lacks the file, as a
+    student's would. Returns whether the script succeeded.
     """
     script = spec.path / spec.prepare
     env = {**os.environ, "AUTOGRADER_PREPARE_SCRATCH": str(scratch)}
@@ -223,11 +251,11 @@ def run_prepare(spec: AssignmentSpec, folder: Path, student: str, scratch: Path)
         )
     except subprocess.TimeoutExpired:
         limit = spec.limits.submission_timeout
-        print(f"prepare {student}: {spec.prepare} stopped after {limit:g}s", file=sys.stderr)
+        tqdm.write(f"prepare {student}: {spec.prepare} stopped after {limit:g}s", file=sys.stderr)
         return False
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        print(f"prepare {student}: {spec.prepare} exited with {done.returncode}: "
-              + " | ".join(tail), file=sys.stderr)
+        tqdm.write(f"prepare {student}: {spec.prepare} exited with {done.returncode}: "
+                   + " | ".join(tail), file=sys.stderr)
         return False
     return True

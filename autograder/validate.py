@@ -97,7 +97,7 @@ def validate(names: list[str], workers: int | None = None, log=print, course_dir
         for name in names:
             spec = course.spec(name)
             course.release(name)
-            write_submissions(course, spec, make_class(course, spec))
+            write_submissions(course, spec, make_class(course, spec), workers=workers)
             grade(course, name, workers=workers, force=True, log=log)
             rows = expectations(spec, collect(course, name))
             log(f"\nvalidate {name}:")
