@@ -26,6 +26,7 @@ import warnings
 from pathlib import Path
 
 import nbformat
+from nbformat.corpus.words import generate_corpus_id
 from nbgrader import utils as nbutils
 from sqlalchemy.exc import OperationalError
 
@@ -152,6 +153,10 @@ def record(
     if nb is not None:
         nb = nbformat.from_dict(nb)
         annotate_notebook(nb, table, result.events, result.findings, result.isolation)
+        if nb.nbformat_minor >= 5:  # cell ids are required from nbformat 4.5 on
+            for cell in nb.cells:
+                # nbgrader restores a deleted grade cell from the gradebook, without an id
+                cell.setdefault("id", generate_corpus_id())
         for cell in nb.cells:
             gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
             if gid in manual_ids:

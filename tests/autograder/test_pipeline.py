@@ -4,6 +4,7 @@ One class is graded once (module fixture) and the tests read the outcome.
 """
 
 import json
+import warnings
 
 import nbformat
 import pytest
@@ -57,15 +58,17 @@ def graded(tiny_course):
     students = make_class(tiny_course, spec, broken=True)
     students.update(_extra_students(tiny_course, spec))
     write_submissions(tiny_course, spec, students)
-    first = grade(
-        tiny_course, "00-tiny", workers=2, progress=False, cell_timeout=5, log=lambda *a: None
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = grade(
+            tiny_course, "00-tiny", workers=2, progress=False, cell_timeout=5, log=lambda *a: None
+        )
     records = {r["student"]: r for r in report.collect(tiny_course, "00-tiny")}
-    return tiny_course, first, records
+    return tiny_course, first, records, caught
 
 
 def test_every_submission_is_graded(graded):
-    _, first, records = graded
+    _, first, records, _ = graded
     assert sorted(first["graded"]) == sorted(records)
     assert len(records) == 14
 
@@ -142,6 +145,20 @@ def test_tampered_test_cells_are_restored_and_reported(graded):
     )
 
 
+def test_restored_cell_keeps_the_autograded_notebook_valid(graded):
+    """nbgrader puts a deleted grade cell back without a cell id; the autograded notebook
+    must still be valid nbformat 4.5 (every cell has a unique id), and writing it must not
+    lean on nbformat's repair (a warning today, an error in later nbformat versions)."""
+    course, caught = graded[0], graded[3]
+    path = course.path("autograded", "deleted-test-cell", "00-tiny", "tiny.ipynb")
+    raw = json.loads(path.read_text())
+    ids = [cell.get("id") for cell in raw["cells"]]
+    assert "test_softmax" in [c["metadata"].get("nbgrader", {}).get("grade_id")
+                              for c in raw["cells"]]
+    assert all(ids) and len(set(ids)) == len(ids), ids
+    assert not [w for w in caught if "missing an id" in str(w.message)]
+
+
 def test_forbidden_shortcut_is_reported(graded):
     rec = graded[2]["uses-forbidden"]
     assert rec["score"] == 0.0
@@ -149,7 +166,7 @@ def test_forbidden_shortcut_is_reported(graded):
 
 
 def test_gradebook_holds_the_same_scores(graded):
-    course, _, records = graded
+    course, _, records, _ = graded
     with course.gradebook() as gb:
         for student, rec in records.items():
             sub = gb.find_submission("00-tiny", student)
@@ -157,7 +174,7 @@ def test_gradebook_holds_the_same_scores(graded):
 
 
 def test_rerun_grades_nothing_new_and_force_regrades_without_double_counting(graded):
-    course, _, records = graded
+    course, _, records, _ = graded
     again = grade(course, "00-tiny", workers=1, progress=False, log=lambda *a: None)
     assert again["graded"] == [] and len(again["skipped"]) == len(records)
     forced = grade(
@@ -169,7 +186,7 @@ def test_rerun_grades_nothing_new_and_force_regrades_without_double_counting(gra
 
 
 def test_reports_in_every_format(graded, tmp_path):
-    course, _, records = graded
+    course, _, records, _ = graded
     data = json.loads(report.as_json(list(records.values())))
     for rec in data:
         assert {"student", "score", "max_score", "manual_pending", "exercises"} <= set(rec)
