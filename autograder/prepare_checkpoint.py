@@ -101,7 +101,8 @@ def prepare_checkpoint(
     cells = assignment_cells(nb)
     scratch = os.environ.get("AUTOGRADER_PREPARE_SCRATCH")
     if not scratch:
-        return _train(student, cells, checkpoint, name, train_and_save, steps)
+        _train(student, cells, checkpoint, name, train_and_save, steps)
+        return 0
     key = cache_key(script, cells, not_for_training)
     cached = Path(scratch, f"{name}-{key}.safetensors")
     # Submissions are prepared in parallel: the first run of a key trains while later
@@ -118,7 +119,7 @@ def prepare_checkpoint(
     return 0
 
 
-def _train(student, cells, checkpoint, name, train_and_save, steps) -> int:
+def _train(student, cells, checkpoint, name, train_and_save, steps) -> None:
     """Run the cells, train and save; a submission that cannot train gets no checkpoint."""
     started = time.perf_counter()
     try:
@@ -126,7 +127,6 @@ def _train(student, cells, checkpoint, name, train_and_save, steps) -> int:
     except Exception as exc:  # the stub, or a mutant that cannot train
         Path(checkpoint).unlink(missing_ok=True)
         print(f"{student}: no checkpoint: training failed ({type(exc).__name__}: {exc})"[:500])
-        return 0
+        return
     print(f"{student}: trained {steps} steps in {time.perf_counter() - started:.0f}s, "
           f"last training loss {loss:.3f}; saved {checkpoint}")
-    return 0

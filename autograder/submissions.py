@@ -198,8 +198,7 @@ def write_submissions(
 
     Every notebook is written first; then, if the assignment names a ``prepare`` script,
     it runs for each submission that is not degenerate, ``workers`` at a time (default:
-    the cores; each run is its own process, with its own single thread), with a
-    progress bar on stderr.
+    the cores; each run is its own process), with a progress bar on stderr.
     """
     for student, notebooks in students.items():
         folder = course.path("submitted", student, spec.name)

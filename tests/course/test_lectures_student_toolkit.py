@@ -23,6 +23,7 @@ from nbclient import NotebookClient
 
 from autograder.outline import COURSE_FILE, lecture_notebook, load_outline
 from autograder.student_build import build_student_toolkit
+from toolkit.notebook import MARK
 
 pytestmark = pytest.mark.slow
 
@@ -76,5 +77,5 @@ def test_run_all_reaches_the_end_with_one_line_per_missing_exercise(
     assert Path(printed.strip()).is_relative_to(site), printed  # the wheel's toolkit
     errors = [(i, o) for i, c in enumerate(cells) for o in c.outputs if o.output_type == "error"]
     loud = [f"code cell {i}: {o.ename}: {o.evalue}" for i, o in errors
-            if not (len(o.traceback) == 1 and o.traceback[0].startswith("‖"))]
+            if not (len(o.traceback) == 1 and o.traceback[0].startswith(MARK))]
     assert not loud, f"{lecture.notebook} under the student toolkit:\n" + "\n".join(loud)
