@@ -64,9 +64,11 @@ def twin(config: GPTConfig, backend: str, seed: int = 0) -> GPT:
     torch.manual_seed(seed)
     model = GPT(replace(config, attention_backend=backend)).to(DEVICE)
     g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=g).to(DEVICE))
+    state = model.state_dict()  # the reference names and layout, whatever the backend
+    for key, value in state.items():
+        if key != "lm_head.weight":  # tied: it is wte.weight
+            value.add_(0.3 * torch.randn(value.shape, generator=g).to(DEVICE))
+    model.load_state_dict(state)
     return model
 
 
@@ -74,11 +76,26 @@ def tokens(B: int, T: int, seed: int = 2) -> torch.Tensor:
     return torch.randint(0, 40, (B, T), generator=torch.Generator().manual_seed(seed)).to(DEVICE)
 
 
+def reference_named(model: GPT, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Tensors keyed by parameter name, the fast layers' joint QKV ones split into the
+    reference layer's ``q_proj``, ``k_proj``, ``v_proj`` (names and layout)."""
+    tensors = dict(tensors)
+    for name, module in model.named_modules():
+        if isinstance(module, FastCausalSelfAttention):
+            for kind in ("weight", "bias"):
+                joint = tensors.pop(f"{name}.qkv_{kind}", None)
+                if joint is not None:
+                    for proj, part in zip(("q_proj", "k_proj", "v_proj"), module.split_qkv(joint)):
+                        tensors[f"{name}.{proj}.{kind}"] = part
+    return tensors
+
+
 def logits_loss_grads(model: GPT, idx, targets):
     model.zero_grad()
     logits, loss = model(idx, targets)
     loss.backward()
-    return logits.detach(), loss.detach(), {n: p.grad for n, p in model.named_parameters()}
+    grads = reference_named(model, {n: p.grad for n, p in model.named_parameters()})
+    return logits.detach(), loss.detach(), grads
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -93,6 +110,7 @@ def test_backend_matches_reference(name, backend):
     want, got = logits_loss_grads(ref, idx, targets), logits_loss_grads(fast, idx, targets)
     torch.testing.assert_close(got[0], want[0], atol=2e-5, rtol=2e-5)
     torch.testing.assert_close(got[1], want[1], atol=2e-6, rtol=2e-6)
+    assert got[2].keys() == want[2].keys()
     for param in want[2]:
         torch.testing.assert_close(got[2][param], want[2][param], atol=2e-5, rtol=1e-4,
                                    msg=f"gradient of {param}")
@@ -114,13 +132,75 @@ def test_kv_cache_decoding_equals_the_full_pass(name, backend):
     assert cache.length == 12
 
 
-def test_fast_layer_keeps_the_reference_parameters():
+def test_fast_layer_keeps_the_reference_state_dict():
     config = CONFIGS["modern-gqa"]
     assert issubclass(FastCausalSelfAttention, CausalSelfAttention)
-    ref_blocks = GPT(replace(config, attention_backend="reference")).blocks
-    fast_blocks = GPT(replace(config, attention_backend="sdpa")).blocks
-    assert type(ref_blocks[0].attn) is CausalSelfAttention
-    assert type(fast_blocks[0].attn) is FastCausalSelfAttention
+    ref = GPT(replace(config, attention_backend="reference"))
+    fast = GPT(replace(config, attention_backend="sdpa"))
+    assert type(ref.blocks[0].attn) is CausalSelfAttention
+    assert type(fast.blocks[0].attn) is FastCausalSelfAttention
+    # the same names in the same order, whatever the fast layer stores
+    assert list(fast.state_dict()) == list(ref.state_dict())
+
+
+def test_fast_layer_stores_one_qkv_matrix():
+    """q, k, v are one parameter, so no step joins three (the CPU speed depends on it)."""
+    config = CONFIGS["classic"]
+    attn = GPT(replace(config, attention_backend="sdpa")).blocks[0].attn
+    names = [name for name, _ in attn.named_parameters()]
+    assert names == ["qkv_weight", "qkv_bias", "o_proj.weight", "o_proj.bias"]
+    assert attn.qkv_weight.shape == (3 * config.d_model, config.d_model)
+    with pytest.raises(AttributeError, match=r"k_proj.*qkv_weight.*state_dict.*reference"):
+        attn.k_proj  # noqa: B018 - what a reader of the teaching layer would try
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_state_dict_moves_between_backends(name):
+    """reference -> sdpa -> reference returns every tensor bit for bit (RoPE's row order
+    undone), and the fast model loaded from it computes the reference's logits."""
+    ref = twin(CONFIGS[name], "reference", seed=3)
+    fast = GPT(replace(CONFIGS[name], attention_backend="sdpa")).to(DEVICE)
+    fast.load_state_dict(ref.state_dict())
+    back = GPT(replace(CONFIGS[name], attention_backend="reference")).to(DEVICE)
+    back.load_state_dict(fast.state_dict())
+    for key, value in ref.state_dict().items():
+        assert torch.equal(back.state_dict()[key], value), key
+    idx = tokens(2, 10)
+    torch.testing.assert_close(fast(idx)[0], ref(idx)[0], atol=2e-5, rtol=2e-5)
+
+
+def test_fast_state_dict_goes_through_safetensors(tmp_path):
+    """The split q, k, v are views of one parameter (unlike, say, a tied head): safetensors
+    saves them, and a reference model loads them."""
+    from safetensors.torch import load_file, save_file
+
+    fast = twin(CONFIGS["classic"], "sdpa")
+    state = {k: v for k, v in fast.state_dict().items() if k != "lm_head.weight"}
+    save_file(state, str(tmp_path / "model.safetensors"))
+    loaded = load_file(str(tmp_path / "model.safetensors"))
+    ref = GPT(replace(CONFIGS["classic"], attention_backend="reference")).to(DEVICE)
+    ref.load_state_dict(loaded, strict=False)
+    idx = tokens(1, 8)
+    torch.testing.assert_close(ref(idx)[0], fast(idx)[0], atol=2e-5, rtol=2e-5)
+
+
+def test_loading_a_partial_qkv_names_the_layer_and_the_missing_key():
+    fast = GPT(replace(CONFIGS["classic"], attention_backend="sdpa"))
+    state = fast.state_dict()
+    del state["blocks.1.attn.k_proj.weight"]
+    with pytest.raises(RuntimeError, match=r"blocks\.1\.attn.*blocks\.1\.attn\.k_proj\.weight"):
+        fast.load_state_dict(state)
+
+
+def test_missing_qkv_is_reported_by_its_reference_names():
+    fast = GPT(replace(CONFIGS["classic"], attention_backend="sdpa"))
+    state = {k: v for k, v in fast.state_dict().items() if ".attn.q_proj." not in k
+             and ".attn.k_proj." not in k and ".attn.v_proj." not in k}
+    missing, unexpected = fast.load_state_dict(state, strict=False)
+    ref = GPT(replace(CONFIGS["classic"], attention_backend="reference"))
+    want = ref.load_state_dict(state, strict=False)
+    assert (missing, unexpected) == (want.missing_keys, want.unexpected_keys)
+    assert "blocks.0.attn.v_proj.bias" in missing
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
