@@ -265,33 +265,38 @@ def _save_reference_names(module: FastCausalSelfAttention, state_dict, prefix, l
 def _load_reference_names(module: FastCausalSelfAttention, state_dict, prefix, local_metadata,
                           strict, missing_keys, unexpected_keys, error_msgs):
     """``q_proj.weight``, ``k_proj.weight``, ``v_proj.weight`` (and biases) -> the joint
-    ``qkv_weight`` (``qkv_bias``), before the module loads its parameters."""
-    module._loading_prefix = prefix
+    ``qkv_weight`` (``qkv_bias``), before the module loads its parameters. The three
+    load together or not at all; what is absent is remembered for the report."""
+    absent_by_kind = {}
     for kind in ("weight", "bias"):
         keys = [f"{prefix}{name}.{kind}" for name in _PROJECTIONS]
-        present = [key for key in keys if key in state_dict]
-        if len(present) == 3:
+        absent = [key for key in keys if key not in state_dict]
+        if not absent:
             state_dict[f"{prefix}qkv_{kind}"] = module.join_qkv(*(state_dict.pop(k) for k in keys))
-        elif present:
-            absent = ", ".join(k for k in keys if k not in state_dict)
+            continue
+        absent_by_kind[kind] = absent
+        if len(absent) < len(keys):  # some present: not loadable, and not "unexpected"
+            for key in keys:
+                state_dict.pop(key, None)
+            layer = prefix.rstrip(".") or type(module).__name__
             error_msgs.append(
-                f"{prefix.rstrip('.')}: this layer stores q_proj, k_proj and v_proj as one "
-                f"matrix and loads their {kind}s together; the state dict lacks {absent}"
+                f"{layer}: q_proj, k_proj and v_proj are stored as one matrix here, so their "
+                f"{kind} tensors load together; the state dict lacks {', '.join(absent)}"
             )
+    module._qkv_absent = (prefix, absent_by_kind)
 
 
 def _report_reference_names(module: FastCausalSelfAttention, incompatible_keys) -> None:
-    """A missing ``qkv_weight`` is reported as the three reference names it stands for."""
-    prefix = getattr(module, "_loading_prefix", None)
-    if prefix is None:
-        return
-    del module._loading_prefix
+    """A missing ``qkv_weight`` is reported as the reference names that were absent."""
+    prefix, absent_by_kind = module.__dict__.pop("_qkv_absent", ("", {}))
     missing = incompatible_keys.missing_keys
-    joint = [key for key in missing if key in (f"{prefix}qkv_weight", f"{prefix}qkv_bias")]
+    joint = [f"{prefix}qkv_{kind}" for kind in absent_by_kind]
+    joint = [key for key in joint if key in missing]
     if joint:
         at = missing.index(joint[0])
-        kinds = [key.rsplit("_", 1)[1] for key in joint]  # "weight", "bias"
         for key in joint:
             missing.remove(key)
+        absent = [key for kind in absent_by_kind for key in absent_by_kind[kind]]
         # in the reference layer's order: q_proj.weight, q_proj.bias, k_proj.weight, ...
-        missing[at:at] = [f"{prefix}{name}.{kind}" for name in _PROJECTIONS for kind in kinds]
+        order = [f"{prefix}{name}.{kind}" for name in _PROJECTIONS for kind in ("weight", "bias")]
+        missing[at:at] = sorted(absent, key=order.index)
