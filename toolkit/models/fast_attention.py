@@ -7,14 +7,18 @@ Three things change, none of them the mathematics:
 
 1. **One stored projection.** ``[q, k, v] = x [W_q; W_k; W_v]^T``: one matrix product
    reads ``x`` once instead of three times. The three matrices (and biases) are stored
-   as *one* parameter, ``qkv_weight`` ``((H + 2 H_kv) D, d)``: joining three
-   parameters at every step costs a copy forward, a split backward, and two more
-   tensors for autograd, gradient clipping and AdamW to visit: about 0.5 % of a CPU
-   training step of the small capstone model, 0.8 % with RoPE's reordering (measured).
-   The state dict still has
-   the teaching names and layout (``q_proj.weight``, ``k_proj.weight``, ...: hooks
-   translate on saving and loading), so a checkpoint moves between the backends
-   unchanged, and the same seed initialises both alike.
+   as *one* layer, ``qkv_proj`` (``d -> (H + 2 H_kv) D``): joining three parameters at
+   every step costs a copy forward, a split backward, and two more tensors for
+   autograd, gradient clipping and AdamW to visit, about 0.5 % of a CPU training step
+   of the small capstone model, 0.8 % with RoPE's reordering (measured). The state
+   dict still has the teaching names and layout (``q_proj.weight``, ``k_proj.weight``,
+   ...: hooks translate on saving and loading), so a checkpoint moves between the
+   backends unchanged. :class:`toolkit.models.GPT` initialises ``qkv_proj`` as any
+   linear layer, in one draw that takes the random numbers the reference layer's
+   three draws take: from one seed, the classic recipe starts from the same weights on
+   every backend (tested); the modern recipe's fast layer gets the same numbers in its
+   stored row order (below), so it starts from different, identically distributed q
+   and k rows.
 2. **RoPE as a complex product, from a table.** A feature pair ``(a, b)`` turned by the
    angle ``phi`` is ``(a + ib) e^(i phi)``: one complex multiplication per pair, where
    the real formula ``(a cos - b sin, b cos + a sin)`` takes a copy of the rotated
@@ -40,7 +44,6 @@ from __future__ import annotations
 from functools import lru_cache
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from toolkit.models.attention import CausalSelfAttention
@@ -115,16 +118,16 @@ def rotate_pairs(x: Tensor, start_pos: int, max_seq_len: int, base: float) -> Te
 
 
 class FastCausalSelfAttention(CausalSelfAttention):
-    """:class:`toolkit.models.CausalSelfAttention` with one stored QKV matrix, a RoPE
+    """:class:`toolkit.models.CausalSelfAttention` with one stored QKV projection, a RoPE
     table and the attention backend of ``config.attention_backend``.
 
-    Parameters: ``qkv_weight`` ``((H + 2 H_kv) D, d)``, the rows of ``W_q``, ``W_k``,
-    ``W_v`` one after the other (those of ``W_q`` and ``W_k`` in RoPE's pair order, see
-    the module docstring); ``qkv_bias`` ``((H + 2 H_kv) D,)`` or ``None``; ``o_proj``.
-    :meth:`state_dict` and :meth:`load_state_dict` speak the reference layer's names and
-    layout (``q_proj.weight``, ``k_proj.weight``, ``v_proj.weight``, their biases,
-    ``o_proj``); :meth:`split_qkv` does the same for any tensor of ``qkv_weight``'s
-    shape, a gradient for instance.
+    Layers: ``qkv_proj: d -> (H + 2 H_kv) D``, whose output rows are those of ``W_q``,
+    ``W_k``, ``W_v`` one after the other (those of ``W_q`` and ``W_k`` in RoPE's pair
+    order, see the module docstring), and ``o_proj``. :meth:`state_dict` and
+    :meth:`load_state_dict` speak the reference layer's names and layout
+    (``q_proj.weight``, ``k_proj.weight``, ``v_proj.weight``, their biases, ``o_proj``);
+    :meth:`split_qkv` does the same for any tensor of ``qkv_proj``'s shapes, a gradient
+    for instance.
 
     Shapes: ``x`` ``(B, T, d)`` -> ``(B, T, d)``.
     """
@@ -133,14 +136,17 @@ class FastCausalSelfAttention(CausalSelfAttention):
         # The reference layer's four nn.Linear first: building them takes the same
         # random draws, so a model with either layer continues from the same RNG state.
         super().__init__(config, layer_idx)
-        projections = (self.q_proj, self.k_proj, self.v_proj)
-        bias = config.use_bias
+        q, k, v, o = self.q_proj, self.k_proj, self.v_proj, self.o_proj
+        # on the meta device: no random draws of its own, then filled with W_q, W_k, W_v
+        qkv = nn.Linear(config.d_model, sum(self._qkv_rows), bias=config.use_bias,
+                        device="meta", dtype=q.weight.dtype).to_empty(device=q.weight.device)
         with torch.no_grad():
-            weight = self.join_qkv(*(p.weight for p in projections))
-            joint_bias = self.join_qkv(*(p.bias for p in projections)) if bias else None
-        del self.q_proj, self.k_proj, self.v_proj
-        self.qkv_weight = nn.Parameter(weight)  # (H + 2 H_kv) D rows: q, k, v
-        self.register_parameter("qkv_bias", nn.Parameter(joint_bias) if bias else None)
+            qkv.weight.copy_(self.join_qkv(q.weight, k.weight, v.weight))
+            if qkv.bias is not None:
+                qkv.bias.copy_(self.join_qkv(q.bias, k.bias, v.bias))
+        del self.q_proj, self.k_proj, self.v_proj, self.o_proj
+        self.qkv_proj = qkv  # registered before o_proj: GPT's initialisation draws q, k, v, o
+        self.o_proj = o
         self.register_state_dict_post_hook(_save_reference_names)
         self.register_load_state_dict_pre_hook(_load_reference_names)
         self.register_load_state_dict_post_hook(_report_reference_names)
@@ -154,8 +160,8 @@ class FastCausalSelfAttention(CausalSelfAttention):
         # a reader of the teaching layer looks for these
         raise AttributeError(
             f"{type(self).__name__} has no {name}: it stores q_proj, k_proj and v_proj as "
-            "one matrix, qkv_weight. state_dict() has them by name, split_qkv(t) splits any "
-            "tensor of that shape (a gradient), and attention_backend='reference' builds "
+            "one layer, qkv_proj. state_dict() has them by name, split_qkv(t) splits any "
+            "tensor of its shapes (a gradient), and attention_backend='reference' builds "
             "the teaching layer itself"
         )
 
@@ -192,30 +198,13 @@ class FastCausalSelfAttention(CausalSelfAttention):
             q, k = self._reorder_heads(q, order), self._reorder_heads(k, order)
         return q, k, v
 
-    @torch.no_grad()
-    def reset_qkv_(self, std: float) -> None:
-        """``W_q, W_k, W_v ~ N(0, std)``, drawn in that order and each in its reference
-        layout, as :meth:`toolkit.models.GPT.reset_parameters` draws the reference
-        layer's ``q_proj``, ``k_proj``, ``v_proj``: one seed, one model, either layer.
-        Biases are zeros."""
-        w = self.qkv_weight
-        q, k, v = (torch.empty(rows, w.shape[1], device=w.device, dtype=w.dtype).normal_(0.0, std)
-                   for rows in self._qkv_rows)
-        w.copy_(self.join_qkv(q, k, v))
-        if self.qkv_bias is not None:
-            self.qkv_bias.zero_()
-
-    def extra_repr(self) -> str:
-        rows, d = self.qkv_weight.shape
-        return f"qkv_weight=({rows}, {d}): q, k, v, bias={self.qkv_bias is not None}"
-
     # ---------------------------------------------------- the forward pass
     def _project_qkv(self, x: Tensor) -> Tensor:
         """``(B, T, d)`` -> ``(B, T, H + 2 H_kv, D)``: the heads of q, then k, then v.
 
         With half-layout RoPE the features of q and k come out pairs side by side.
         """
-        qkv = F.linear(x, self.qkv_weight, self.qkv_bias)  # one product: x [W_q; W_k; W_v]^T
+        qkv = self.qkv_proj(x)  # one product: x [W_q; W_k; W_v]^T
         return qkv.unflatten(-1, (self.n_heads + 2 * self.n_kv_heads, self.d_head))
 
     def forward(
@@ -246,14 +235,14 @@ _PROJECTIONS = ("q_proj", "k_proj", "v_proj")
 
 
 def _save_reference_names(module: FastCausalSelfAttention, state_dict, prefix, local_metadata):
-    """``qkv_weight``/``qkv_bias`` -> ``q_proj.weight``, ``k_proj.weight``, ... in the
+    """``qkv_proj.weight``/``.bias`` -> ``q_proj.weight``, ``k_proj.weight``, ... in the
     reference order. The layer's entries are the last ones written so far; they are taken
     out and put back translated (views of the parameter, as a state dict's tensors are,
     except where RoPE's row order is undone)."""
     own = [key for key in state_dict if key.startswith(prefix)]
     entries = {key[len(prefix):]: state_dict.pop(key) for key in own}
     for kind in ("weight", "bias"):
-        joint = entries.pop(f"qkv_{kind}", None)
+        joint = entries.pop(f"qkv_proj.{kind}", None)
         if joint is not None:
             for name, part in zip(_PROJECTIONS, module.split_qkv(joint)):
                 entries[f"{name}.{kind}"] = part
@@ -265,14 +254,15 @@ def _save_reference_names(module: FastCausalSelfAttention, state_dict, prefix, l
 def _load_reference_names(module: FastCausalSelfAttention, state_dict, prefix, local_metadata,
                           strict, missing_keys, unexpected_keys, error_msgs):
     """``q_proj.weight``, ``k_proj.weight``, ``v_proj.weight`` (and biases) -> the joint
-    ``qkv_weight`` (``qkv_bias``), before the module loads its parameters. The three
+    ``qkv_proj.weight`` (``.bias``), before the module loads its parameters. The three
     load together or not at all; what is absent is remembered for the report."""
     absent_by_kind = {}
     for kind in ("weight", "bias"):
         keys = [f"{prefix}{name}.{kind}" for name in _PROJECTIONS]
         absent = [key for key in keys if key not in state_dict]
         if not absent:
-            state_dict[f"{prefix}qkv_{kind}"] = module.join_qkv(*(state_dict.pop(k) for k in keys))
+            q, k, v = (state_dict.pop(key) for key in keys)
+            state_dict[f"{prefix}qkv_proj.{kind}"] = module.join_qkv(q, k, v)
             continue
         absent_by_kind[kind] = absent
         if len(absent) < len(keys):  # some present: not loadable, and not "unexpected"
@@ -280,17 +270,17 @@ def _load_reference_names(module: FastCausalSelfAttention, state_dict, prefix, l
                 state_dict.pop(key, None)
             layer = prefix.rstrip(".") or type(module).__name__
             error_msgs.append(
-                f"{layer}: q_proj, k_proj and v_proj are stored as one matrix here, so their "
+                f"{layer}: q_proj, k_proj and v_proj are stored as one layer here, so their "
                 f"{kind} tensors load together; the state dict lacks {', '.join(absent)}"
             )
     module._qkv_absent = (prefix, absent_by_kind)
 
 
 def _report_reference_names(module: FastCausalSelfAttention, incompatible_keys) -> None:
-    """A missing ``qkv_weight`` is reported as the reference names that were absent."""
+    """A missing ``qkv_proj.weight`` is reported as the reference names that were absent."""
     prefix, absent_by_kind = module.__dict__.pop("_qkv_absent", ("", {}))
     missing = incompatible_keys.missing_keys
-    joint = [f"{prefix}qkv_{kind}" for kind in absent_by_kind]
+    joint = [f"{prefix}qkv_proj.{kind}" for kind in absent_by_kind]
     joint = [key for key in joint if key in missing]
     if joint:
         at = missing.index(joint[0])

@@ -108,10 +108,8 @@ class GPT(nn.Module):
         the residual stream (``o_proj``, ``fc2`` / ``down_proj``), so the stream's
         variance does not grow with depth (2 residual writes per block)."""
         std = self.config.init_std
-        for module in self.modules():  # a layer comes before its sub-layers
-            if isinstance(module, FastCausalSelfAttention):
-                module.reset_qkv_(std)  # W_q, W_k, W_v as the reference layer's three Linear
-            elif isinstance(module, (nn.Linear, nn.Embedding)):
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, mean=0.0, std=std)
                 if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
