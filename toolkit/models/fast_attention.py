@@ -15,10 +15,12 @@ Three things change, none of them the mathematics:
    ...: hooks translate on saving and loading), so a checkpoint moves between the
    backends unchanged. :class:`toolkit.models.GPT` initialises ``qkv_proj`` as any
    linear layer, in one draw that takes the random numbers the reference layer's
-   three draws take: from one seed, the classic recipe starts from the same weights on
-   every backend (tested); the modern recipe's fast layer gets the same numbers in its
-   stored row order (below), so it starts from different, identically distributed q
-   and k rows.
+   three draws take (PyTorch's CPU generator fills a normal draw in blocks of 16, so
+   one draw equals three in a row when each holds a multiple of 16 numbers, as every
+   capstone shape does): from one seed, the classic recipe starts from the same weights
+   on every backend (tested); the modern recipe's fast layer gets the same numbers in
+   its stored row order (below), so it starts from different, identically distributed
+   q and k rows.
 2. **RoPE as a complex product, from a table.** A feature pair ``(a, b)`` turned by the
    angle ``phi`` is ``(a + ib) e^(i phi)``: one complex multiplication per pair, where
    the real formula ``(a cos - b sin, b cos + a sin)`` takes a copy of the rotated
