@@ -142,7 +142,7 @@ def test_fast_layer_keeps_the_reference_state_dict():
 
 
 def test_fast_layer_stores_one_qkv_matrix():
-    """q, k, v are one parameter, so no step joins three (the CPU speed depends on it)."""
+    """q, k, v are one layer, so no step joins three parameters (the CPU speed depends on it)."""
     config = CONFIGS["classic"]
     attn = GPT(replace(config, attention_backend="sdpa")).blocks[0].attn
     names = [name for name, _ in attn.named_parameters()]
@@ -199,8 +199,8 @@ def test_state_dict_moves_between_backends(name):
 
 
 def test_fast_state_dict_goes_through_safetensors(tmp_path):
-    """The split q, k, v are views of one parameter (unlike, say, a tied head): safetensors
-    saves them, and a reference model loads them."""
+    """The split q, k, v are disjoint views of one parameter, which safetensors saves (it
+    refuses only tensors that overlap, such as a tied head), and a reference model loads."""
     from safetensors.torch import load_file, save_file
 
     fast = twin(CONFIGS["classic"], "sdpa")
