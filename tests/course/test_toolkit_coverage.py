@@ -108,7 +108,6 @@ NOT_YET_SHOWN = {
     "triton_causal_attention": "07: the backend switch of the capstone model",
     "FastCausalSelfAttention": "07: the capstone model's fast attention layer",
     "pairs_side_by_side": "07: RoPE on the fast path (a layout helper)",
-    "pairs_back_in_halves": "07: RoPE on the fast path (the inverse layout helper)",
     "rope_phasors": "07: RoPE on the fast path (precomputed rotations)",
     "rope_table": "07: RoPE on the fast path (precomputed rotations)",
     "rotate_pairs": "07: RoPE on the fast path",

@@ -97,13 +97,6 @@ def pairs_side_by_side(d_head: int, device: torch.device) -> Tensor:
         return interleaved_to_half_permutation(d_head).argsort().to(device)
 
 
-@lru_cache(maxsize=8)
-def pairs_back_in_halves(d_head: int, device: torch.device) -> Tensor:
-    """``[0, 2, 4, ..., 1, 3, ...]``: the inverse of :func:`pairs_side_by_side`."""
-    with torch.inference_mode(False):
-        return interleaved_to_half_permutation(d_head).to(device)
-
-
 def rotate_pairs(x: Tensor, start_pos: int, max_seq_len: int, base: float) -> Tensor:
     """RoPE on ``x`` ``(B, T, heads, D)`` at positions ``start_pos .. start_pos + T - 1``,
     its pairs being features ``(2j, 2j + 1)``. The positions are consecutive, so the
@@ -196,7 +189,8 @@ class FastCausalSelfAttention(CausalSelfAttention):
         Views of ``joint`` where no reordering is needed, new tensors where it is."""
         q, k, v = joint.split(self._qkv_rows)
         if self._pairs_reordered:
-            order = pairs_back_in_halves(self.d_head, joint.device)
+            # [0, 2, 4, ..., 1, 3, ...], the inverse of pairs_side_by_side
+            order = interleaved_to_half_permutation(self.d_head).to(joint.device)
             q, k = self._reorder_heads(q, order), self._reorder_heads(k, order)
         return q, k, v
 
