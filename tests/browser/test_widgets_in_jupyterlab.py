@@ -65,10 +65,12 @@ CELL_STATE_JS = """
   };
 })
 """
+# The states once every widget has drawn (else false): the checks below read this very
+# snapshot, since a widget may swap its image again a moment later (src not loaded yet).
 ALL_RENDERED_JS = (
     "(n) => { const s = (" + CELL_STATE_JS + ")();"
     " return s.length === n + 1 && s.slice(1).every(c => c.drawn > 0"
-    " && !c.text.includes('Loading widget')) && !s.some(c => c.prompt.includes('*')); }"
+    " && !c.text.includes('Loading widget')) && !s.some(c => c.prompt.includes('*')) && s; }"
 )
 
 
@@ -109,8 +111,8 @@ def test_widgets_render_and_react_in_jupyterlab(chromium, lab_server, tmp_path):
         page.locator(".lm-Menu-item:visible", has_text="Run All Cells").first.click()
 
         try:
-            page.wait_for_function(ALL_RENDERED_JS, arg=len(WIDGET_CELLS),
-                                   timeout=RENDER_TIMEOUT_MS, polling=250)
+            rendered = page.wait_for_function(ALL_RENDERED_JS, arg=len(WIDGET_CELLS),
+                                              timeout=RENDER_TIMEOUT_MS, polling=250)
         except Exception:
             page.screenshot(path=str(tmp_path / "timeout.png"))
             states = page.evaluate(CELL_STATE_JS)
@@ -120,7 +122,7 @@ def test_widgets_render_and_react_in_jupyterlab(chromium, lab_server, tmp_path):
                 f"console errors: {console_errors[-10:]}\nserver log:\n{lab_server.log_tail()}"
             )
 
-        states = page.evaluate(CELL_STATE_JS)
+        states = rendered.json_value()
         report = _describe(states)
         assert "kernel ready" in states[0]["text"], report
         for (name, _), state in zip(WIDGET_CELLS, states[1:]):
