@@ -1,5 +1,5 @@
-"""The ``autograder`` command line: init, release, grade, report, feedback, validate, demo,
-and new (the contract is in the README; scripts and tests rely on it)."""
+"""The ``autograder`` command line: init, release, collect, grade, report, export, feedback,
+validate, new and demo (the contract is in the README; scripts and tests rely on it)."""
 
 from __future__ import annotations
 
@@ -174,7 +174,15 @@ def cmd_demo(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="autograder", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="autograder",
+        description="Release, grade and report the course's assignments: every submission runs "
+        "in a sandboxed kernel and is scored by hidden checks in this process; nbgrader keeps "
+        "the gradebook.",
+        epilog="A grading day: autograder collect NAME; autograder grade NAME --workers N; "
+        "autograder report NAME; autograder feedback NAME. "
+        "'autograder COMMAND --help' explains each command.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name, func, help_text):
@@ -266,12 +274,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .workers import Terminated, stop_on_termination
+
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        with stop_on_termination():
+            return args.func(args)
     except CourseError as exc:
         print(f"autograder: {exc}", file=sys.stderr)
         return 2
+    except Terminated as exc:
+        print(
+            f"\nautograder: stopped by {exc}; run the same command again to finish the rest",
+            file=sys.stderr,
+        )
+        return 128 + exc.signum
     except KeyboardInterrupt:
         print(
             "\nautograder: interrupted; run the same command again to finish the rest",

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import multiprocessing
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from pathlib import Path
 
 from tqdm import tqdm
@@ -27,6 +26,7 @@ from .execute import kernel_start_mode
 from .jobs import Job, NotebookResult
 from .runner import describe_isolation, grade_notebook
 from .sanitize import NotGradable, grade_cell_ids, read_submission, sanitize
+from .workers import Terminated, stop_workers, stops_cleanly, worker_pool
 
 
 def submission_digest(submission_dir: Path) -> str:
@@ -73,6 +73,7 @@ def _job(
     return job
 
 
+@stops_cleanly
 def _run_job(job: Job) -> NotebookResult:
     return grade_notebook(job)
 
@@ -234,8 +235,7 @@ def _execute(jobs: list[Job], workers: int | None, scheduler: str | None):
             except Exception as exc:
                 yield job, exc
         return
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with worker_pool(workers) as pool:
         futures = {pool.submit(_run_job, job): job for job in jobs}
         try:
             for future in as_completed(futures):
@@ -243,6 +243,9 @@ def _execute(jobs: list[Job], workers: int | None, scheduler: str | None):
                     yield futures[future], future.result()
                 except Exception as exc:
                     yield futures[future], exc
-        except BaseException:
+        except Terminated:  # the workers did not get the signal: pass it on
+            stop_workers(pool)
+            raise
+        except BaseException:  # Ctrl-C reached the workers too; a full disk stops here
             pool.shutdown(wait=False, cancel_futures=True)
             raise

@@ -80,12 +80,26 @@ def graded_cells(source: str) -> list[str]:
     return cells
 
 
+_SCRATCH_PREFIX = "autograder-oracle-"
+
+
+def _sweep_stale_scratch() -> None:
+    """Remove the scratch folders of helpers that no longer run (one killed with its
+    grader never reaches its own clean-up)."""
+    from .storage import stale_scratch_folders
+
+    for path in stale_scratch_folders(_SCRATCH_PREFIX):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 class _Variants:
     """Executed notebook variants, by key, each with the bridge that answers for it."""
 
     def __init__(self):
         self.bridges: dict[str, object] = {}
-        self.scratch = Path(tempfile.mkdtemp(prefix="autograder-oracle-"))
+        _sweep_stale_scratch()
+        # Named after this process, so a later helper can tell a leftover from a live one.
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-"))
 
     def bridge(self, key: str, cells: list[str] | None, folder: str):
         if key not in self.bridges:

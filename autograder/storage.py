@@ -105,10 +105,19 @@ def _remove(root: Path) -> None:
 
 def _sweep_stale() -> None:
     """Remove the scratch folders of grading processes that no longer run."""
-    for path in Path(tempfile.gettempdir()).glob(f"{_PREFIX}*-*"):
-        pid = path.name[len(_PREFIX):].split("-", 1)[0]
+    for path in stale_scratch_folders(_PREFIX):
+        _remove(path)
+
+
+def stale_scratch_folders(prefix: str) -> list[Path]:
+    """Folders ``<tmp>/<prefix><pid>-*`` whose process no longer runs: left behind by a
+    process that was killed (a signal, a scheduler's time limit) before its clean-up."""
+    stale = []
+    for path in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
+        pid = path.name[len(prefix):].split("-", 1)[0]
         if pid.isdigit() and not _alive(int(pid)) and path.is_dir():
-            _remove(path)
+            stale.append(path)
+    return stale
 
 
 def _alive(pid: int) -> bool:

@@ -26,6 +26,7 @@ from ..jobs import Job
 from ..runner import grade_notebook
 from ..sanitize import grade_cell_ids, read_submission, sanitize
 from ..scoring import score_cells
+from ..workers import stops_cleanly
 
 #: What a submission folder may hold besides the notebook (the capstone's checkpoint).
 MAX_SIBLING_BYTES = 256 * 2**20
@@ -33,6 +34,7 @@ MAX_SIBLING_BYTES = 256 * 2**20
 COURSE_FILES = {"gradebook.db", "nbgrader_config.py", "autograder.json"}
 
 
+@stops_cleanly
 def check_notebook(
     course_root: str, assignments_dir: str, assignment: str, notebook_id: str,
     submission_dir: str, user: str,

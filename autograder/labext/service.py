@@ -19,7 +19,6 @@ import asyncio
 import collections
 import datetime as dt
 import json
-import multiprocessing
 import os
 import re
 import shutil
@@ -34,6 +33,7 @@ from traitlets.config import LoggingConfigurable
 from ..course import SETTINGS_FILE, Course, CourseError
 from ..outline import load_outline
 from ..sanitize import NotGradable
+from ..workers import worker_pool
 from . import catalog
 from .check import check_notebook, content_hash, read_notebook, stage_submission, warm_up
 from .feedback import student_view
@@ -244,8 +244,7 @@ _POOL: ProcessPoolExecutor | None = None
 def _worker_pool(workers: int) -> ProcessPoolExecutor:
     global _POOL
     if _POOL is None:
-        _POOL = ProcessPoolExecutor(max_workers=max(1, workers),
-                                    mp_context=multiprocessing.get_context("spawn"))
+        _POOL = worker_pool(max(1, workers))  # workers stop when the server does
         _POOL.submit(warm_up)
     return _POOL
 

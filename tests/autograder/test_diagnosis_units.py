@@ -86,3 +86,42 @@ def test_summary_names_parts_and_keeps_points_apart():
     assert "**Automatic points** (hidden checks): 2.5 / 3" in text
     assert "0 / 2, 2 point(s) not graded yet" in text
     assert "**Total**: 2.5 / 5" in text
+
+
+def test_mistake_oracle_leaves_no_scratch_folder_behind(tmp_path):
+    """The oracle's helper executes instructor variants in a scratch folder of its own: it
+    removes it when closed, and a helper killed outright (its grader killed by a signal or a
+    scheduler) has its folder removed by the next helper that starts."""
+    import os
+    import signal
+    import tempfile
+    from pathlib import Path
+
+    from autograder.oracle import MistakeOracle
+
+    def scratch_of(pid):
+        return set(Path(tempfile.gettempdir()).glob(f"autograder-oracle-{pid}-*"))
+
+    source = "# %%\ndef double(x):\n    return 2 * x\n"
+    request = ({"kind": "call", "name": "double", "args": [{"type": "int", "value": 3}]}, {})
+    six = {"type": "int", "value": 6}
+
+    killed = MistakeOracle()
+    [(reply, _)] = killed.replay("reference", source, tmp_path, [request])
+    assert reply["ok"] and reply["result"] == six, reply
+    pid = killed._process.pid
+    assert len(scratch_of(pid)) == 1
+    os.kill(pid, signal.SIGKILL)
+    killed._process.wait()
+    assert len(scratch_of(pid)) == 1  # what a kill leaves
+
+    oracle = MistakeOracle()
+    try:
+        [(reply, _)] = oracle.replay("reference", source, tmp_path, [request])
+        assert reply["ok"] and reply["result"] == six, reply
+        assert not scratch_of(pid), "the next helper should sweep a dead helper's folder"
+        live = oracle._process.pid
+        assert len(scratch_of(live)) == 1
+    finally:
+        oracle.close()
+    assert not scratch_of(live)

@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -79,6 +80,79 @@ def test_interrupted_grading_finishes_the_rest_and_counts_nothing_twice(tiny_cou
             kind = ["reference", "stub", "mutant"][i % 3]
             if kind in expected:
                 assert score == expected[kind], student
+
+
+def _children(pid):
+    """Processes whose parent is ``pid`` (from /proc)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def _running(pids):
+    """Those of ``pids`` still running (a zombie has finished)."""
+    alive = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.add(pid)
+    return alive
+
+
+def _scratch_of(pids):
+    tmp = Path(tempfile.gettempdir())
+    return {p for pid in pids for p in tmp.glob(f"autograder-*-{pid}-*")}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_grader_stopped_alone_takes_its_workers_with_it(tiny_course, tmp_path, sig):
+    """``kill PID`` (a scheduler's time limit) or SIGKILL reaches the grader only, not its
+    workers: they must stop as well, clean up their kernels, mounts and scratch folders, and
+    the next run must finish the class."""
+    course = tiny_course
+    _class_of(course, 8)
+    # Output to a file: workers that outlive the grader would hold a pipe open forever.
+    log = tmp_path / "grade.log"
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(
+            [str(BIN / "autograder"), "grade", "00-tiny", "--course", str(course.root),
+             "--workers", "2", "--quiet", "--force"],
+            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    start = time.monotonic()
+    while len(_results(course)) < 1 or len(_children(proc.pid)) < 2:
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() - start < 300, "grading made no progress"
+        time.sleep(0.2)
+    workers = _children(proc.pid)
+    helpers = set().union(*(_children(w) for w in workers))  # sandboxes, the mistake oracle
+    os.kill(proc.pid, sig)  # the grader alone, not its process group
+    code = proc.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    while _running(workers | helpers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    orphans = _running(workers | helpers)
+    for pid in orphans:  # leave no process behind, even when failing
+        os.kill(pid, signal.SIGKILL)
+    assert not orphans, "workers outlived the grader"
+    if sig == signal.SIGTERM:
+        out = log.read_text()
+        assert code == 128 + signal.SIGTERM, out
+        assert "stopped by SIGTERM; run the same command again" in out
+    assert not _scratch_of(workers | helpers), "a stopped worker left its scratch folder"
+    with open("/proc/self/mountinfo") as f:
+        assert not [line for line in f if any(f"-{w}-" in line for w in workers)]
+    proc = _grade_cli(course)
+    out = proc.communicate(timeout=600)[0]
+    assert proc.returncode == 0 and len(_results(course)) == 8, out
 
 
 def _free_port():

@@ -1,0 +1,135 @@
+"""Worker processes that stop with the grader that started them.
+
+``autograder grade`` and the "Check my work" service grade in a pool of worker processes
+(each keeps a fork server warm). However the grader stops, its workers must stop too, and
+clean up on the way out: the kernel shut down, the submission's tmpfs areas unmounted (as
+root they hold memory), the scratch folders removed. Three ways a grader stops:
+
+* **Ctrl-C** reaches every process of the terminal's process group: the workers get the
+  ``KeyboardInterrupt`` themselves, abandon their submission, and exit when the grader
+  shuts the pool down.
+* **SIGTERM or SIGHUP to the grader alone** (``kill PID``, a batch scheduler's time limit,
+  a service manager): :func:`stop_on_termination` turns it into :class:`Terminated`, an
+  interruption like Ctrl-C, and :func:`stop_workers` passes SIGTERM on to the workers.
+* **The grader killed outright** (SIGKILL, the out-of-memory killer): Linux sends each
+  worker SIGTERM itself (``prctl(PR_SET_PDEATHSIG)``, asked for in :func:`_started`).
+
+A worker's answer to SIGTERM (or SIGHUP) is the same in every case: the submission it is
+grading is abandoned (its ``finally`` clauses run), then the process runs its exit
+handlers and exits. Further signals during that clean-up are ignored, so a second one
+cannot cut it short.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import functools
+import multiprocessing
+import os
+import signal
+import threading
+from concurrent.futures import ProcessPoolExecutor
+
+#: prctl option (sys/prctl.h): the signal this process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
+#: Seconds a stopped worker gets to clean up before it is killed.
+STOP_GRACE_SECONDS = 20
+
+_stopping = False  # set in a worker by its first SIGTERM or SIGHUP
+
+
+class Terminated(KeyboardInterrupt):
+    """The grader was asked to stop by a signal other than Ctrl-C (SIGTERM, SIGHUP)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stop_on_termination():
+    """In the grader (main thread): SIGTERM and SIGHUP raise :class:`Terminated` while the
+    block runs, so they stop the grader the way Ctrl-C does (workers included)."""
+
+    def interrupt(signum, frame):
+        raise Terminated(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers (a test calling main() in a thread)
+        return
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """A pool of ``workers`` fresh processes (spawned, not forked: the grader holds
+    threads and a gradebook connection) that stop when the grader does."""
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_started,
+        initargs=(os.getpid(),),
+    )
+
+
+def stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Ask every live worker of ``pool`` to stop (SIGTERM), wait for their clean-up, kill
+    those still running after :data:`STOP_GRACE_SECONDS`, and drop the queued work."""
+    # The executor keeps its processes in ``_processes`` (CPython 3.2 onwards; no public
+    # accessor). Without it the workers still stop, when the grader's exit closes the pool.
+    processes = [p for p in (getattr(pool, "_processes", None) or {}).values() if p.is_alive()]
+    for process in processes:
+        with contextlib.suppress(OSError):
+            process.terminate()
+    for process in processes:
+        process.join(STOP_GRACE_SECONDS)
+        if process.is_alive():
+            process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def stops_cleanly(task):
+    """Decorate a function the pool runs: if a stop signal interrupted it, the worker exits
+    once the task's own clean-up is done (the pool would otherwise take the next task)."""
+
+    @functools.wraps(task)
+    def run(*args, **kwargs):
+        try:
+            return task(*args, **kwargs)
+        finally:
+            if _stopping:
+                _exit_worker()
+
+    return run
+
+
+# -- inside a worker -------------------------------------------------------------------
+def _started(grader_pid: int) -> None:
+    """Pool initializer: stop on SIGTERM/SIGHUP, and get SIGTERM when the grader dies."""
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGHUP, _stop)
+    with contextlib.suppress(AttributeError, OSError):  # prctl is Linux's
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+    if os.getppid() != grader_pid:  # the grader died before prctl took effect
+        _stop(signal.SIGTERM, None)
+
+
+def _stop(signum, frame):
+    global _stopping
+    if _stopping:
+        return  # already stopping: let the clean-up finish
+    _stopping = True
+    raise SystemExit(128 + signum)
+
+
+def _exit_worker() -> None:
+    # SystemExit from inside a task is caught by the pool's worker loop, so leave here:
+    # the exit handlers (scratch folders, the mistake oracle) first, then the process.
+    atexit._run_exitfuncs()
+    os._exit(128 + signal.SIGTERM)
