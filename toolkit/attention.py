@@ -40,8 +40,11 @@ def attention_weights(
     Returns:
         ``(..., T_q, T_k)`` weights; each row sums to 1, except a row whose keys
         are all masked (bool ``False`` or ``-inf``), which is all zeros (defined
-        behaviour, never NaN, with zero gradient). A row masked with the dtype's most
-        negative *finite* value instead comes out uniform, as in PyTorch.
+        behaviour, never NaN, with zero gradient). A float mask is simply added: a row
+        masked with the most negative *finite* value ``torch.finfo(dtype).min`` comes out
+        uniform where that value swamps every score (float32, bfloat16); in float16,
+        ``-65504 + s`` rounds to ``-65504`` for ``s > -16`` but overflows to ``-inf``
+        below, so the row is uniform over the keys that scored above -16 only.
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., T_q, T_k)

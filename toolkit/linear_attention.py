@@ -167,12 +167,15 @@ def linear_attention_quadratic(
     Softmax attention is the special case ``A = exp(Q K^T / sqrt(d))``.
 
     Returns:
-        ``(B, H, T_q, d_v)``.
+        ``(B, H, T_q, d_v)``; with ``causal``, ``T_q`` must equal ``T_k`` (as for the
+        factorised causal forms it is compared with).
     """
     check_qkv(q, k, v)
+    if causal and q.shape[2] != k.shape[2]:
+        raise ValueError(f"causal attention needs T_q == T_k, got {q.shape[2]} and {k.shape[2]}")
     A = feature_map(q) @ feature_map(k).transpose(-2, -1)  # phi(q_i).phi(k_j): (B, H, T_q, T_k)
     if causal:
-        T_q, T_k = A.shape[-2:]
-        keep = torch.ones(T_q, T_k, dtype=torch.bool, device=A.device).tril()  # j <= i
+        T = A.shape[-1]
+        keep = torch.ones(T, T, dtype=torch.bool, device=A.device).tril()  # j <= i
         A = A * keep  # masked cells contribute 0 (not -inf: there is no softmax here)
     return (A @ v) / (A.sum(-1, keepdim=True) + eps)  # row-normalised weights times V

@@ -155,8 +155,10 @@ print("largest weight with scaling   :", torch.softmax(row / math.sqrt(d_k), -1)
 #
 # (Some libraries fill blocked scores with the most negative *finite* number,
 # `torch.finfo(dtype).min`, instead of $-\infty$. A fully blocked row then gets *uniform*
-# weights rather than zeros: a different, also defined, convention. With a float mask your
-# function simply adds what it is given.)
+# weights rather than zeros: a different convention, with a catch in float16, where
+# $-65504 + s$ overflows to $-\infty$ for scores $s$ below about $-16$ and the row is
+# uniform over the other keys only. With a float mask your function simply adds what it
+# is given.)
 #
 # ### Exercise 1a: attention weights
 

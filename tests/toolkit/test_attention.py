@@ -144,6 +144,19 @@ def test_fully_masked_row_float_mask_gradient_is_finite():
     assert torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_row_masked_with_finfo_min_is_what_the_addition_leaves(dtype):
+    """The documented finite-mask convention: uniform where finfo.min swamps every score;
+    in float16, uniform over the keys that scored above -16 (the others overflow)."""
+    q = torch.tensor([[1.0, 0.0]], dtype=dtype)
+    k = torch.tensor([[4.0, 0.0], [-40.0, 0.0], [1.0, 0.0], [-20.0, 0.0]], dtype=dtype)
+    mask = torch.full((1, 4), torch.finfo(dtype).min, dtype=dtype)
+    weights = attention_weights(q, k, mask).float()
+    scores = (q.float() @ k.float().T) / 2**0.5  # 2.8, -28.3, 0.7, -14.1
+    kept = torch.ones(4) if dtype != torch.float16 else (scores[0] > -16).float()
+    torch.testing.assert_close(weights[0], kept / kept.sum(), atol=2e-3, rtol=0)
+
+
 def test_integer_mask_is_refused_with_a_clear_error():
     q, k, v = _qkv((1, 1), 2, 2, 4, 4, torch.float32)
     with pytest.raises(ValueError, match="bool"):

@@ -202,6 +202,17 @@ def test_beam_width_one_equals_greedy():
     idx = prompt(2, 5)
     beam = beam_search(model, idx, beam_width=1, max_new_tokens=20)
     assert torch.equal(beam, greedy(model, idx, 20))
+    # Also when EOS is the greedy choice and the length penalty favours going on: one
+    # beam run as a beam search would extend the runner-up; Hugging Face runs greedy.
+    model = tiny_model(vocab=8)
+    with torch.no_grad():  # peaked, varied logits, so the runner-up's path differs
+        for p in model.parameters():
+            p.normal_(std=0.5)
+    idx = torch.tensor([[1, 2, 3]])
+    eos = int(greedy(model, idx, 1)[0, -1])
+    for alpha in (0.0, 1.0, 2.0):
+        beam = beam_search(model, idx, 1, 6, length_penalty=alpha, eos_token=eos)
+        assert torch.equal(beam, greedy(model, idx, 6, eos_token=eos)), alpha
 
 
 def _sequence_logprob(model, prompt_ids, new_ids):

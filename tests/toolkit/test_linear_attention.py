@@ -99,3 +99,6 @@ def test_rejects_bad_shapes():
         causal_linear_attention(q, k, v[:, :, :5])
     with pytest.raises(ValueError, match="T_q == T_k"):
         causal_linear_attention_recurrent(q[:, :, :3], k, v)
+    with pytest.raises(ValueError, match="T_q == T_k"):
+        linear_attention_quadratic(q[:, :, :3], k, v, causal=True)
+    linear_attention_quadratic(q[:, :, :3], k, v)  # without a mask, any T_q

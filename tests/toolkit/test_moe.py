@@ -122,6 +122,10 @@ def test_router_z_loss():
 def test_expert_capacity():
     assert expert_capacity(100, 8, 2, 1.0) == 25
     assert expert_capacity(10, 4, 1, 1.25) == 4  # ceil(3.125)
+    # Exact products: 1.1 * 100 / 10 = 11 and 1.15 * 2 * 20 / 4 = 11.5 (not 11.000...02)
+    assert expert_capacity(100, 10, 1, 1.1) == 11
+    assert expert_capacity(20, 4, 2, 1.15) == 12
+    assert expert_capacity(30, 10, 1, 1.1) == 4  # ceil(3.3)
     with pytest.raises(ValueError, match="capacity_factor"):
         expert_capacity(10, 4, 1, 0.0)
 

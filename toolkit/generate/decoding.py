@@ -9,7 +9,9 @@
   ``sum log p / len^alpha``, the length penalty of Hugging Face's ``generate``
   (``len`` = generated tokens including EOS). ``alpha > 0`` favours longer
   sequences (without it the sum of negative log-probabilities always prefers
-  stopping early), ``alpha < 0`` shorter ones. ``W = 1`` is greedy.
+  stopping early), ``alpha < 0`` shorter ones. ``W = 1`` is greedy decoding, as
+  ``generate(num_beams=1)`` is in Hugging Face. (Run as a beam search, one beam would
+  not be: with ``alpha > 0`` it would keep extending the runner-up after EOS won.)
 
 The KV cache (:class:`toolkit.models.StaticKVCache`) makes each step process one token
 instead of the whole prefix; ``use_cache=False`` re-runs the full sequence each
@@ -192,7 +194,7 @@ def beam_search(
     Args:
         model: a :class:`toolkit.models.GPT`.
         idx: ``(B, T)`` prompts; each row is searched on its own.
-        beam_width: ``W >= 1`` beams (``W = 1`` is greedy decoding).
+        beam_width: ``W >= 1`` beams (``W = 1`` runs :func:`greedy`).
         max_new_tokens: length limit of the generated part.
         length_penalty: ``alpha``; ``len`` counts generated tokens including EOS.
         eos_token: ends a hypothesis.
@@ -206,6 +208,8 @@ def beam_search(
         raise ValueError(f"beam_width must be an int >= 1, got {beam_width!r}")
     if max_new_tokens == 0:
         return idx
+    if beam_width == 1:
+        return greedy(model, idx, max_new_tokens, eos_token=eos_token)
     was_training = model.training
     model.eval()
     try:

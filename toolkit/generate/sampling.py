@@ -11,7 +11,10 @@ Applied in this order (as Hugging Face's logits warpers do):
    token is always kept, so the set is never empty, however small ``p`` is.
 
 Ties (equal logits) are broken towards the *lower token id*, via stable sorts, so
-the filters are deterministic.
+the filters are deterministic and top-k keeps exactly ``k``. Hugging Face decides ties
+otherwise: its top-k keeps every logit equal to the ``k``-th (possibly more than ``k``),
+and its top-p keeps whichever tied tokens its sort puts first. Without ties (continuous
+logits) both give the same sets.
 
 Shapes: logits ``(B, V)`` (any leading shape for the filters).
 """

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 
 import torch
 import torch.nn.functional as F
@@ -48,12 +49,15 @@ def expert_capacity(n_tokens: int, n_experts: int, k: int = 1, capacity_factor: 
     """Buffer size per expert: ``ceil(capacity_factor * k * n_tokens / n_experts)``.
 
     ``capacity_factor = 1`` fits a perfectly even split; Switch trains with 1.0 to 1.25.
+    The product is taken exactly, on the factor as written: in floats, ``1.1 * 100 / 10``
+    is 11.000000000000002, and its ceiling 12 would give every expert a place too many.
     """
     check_int("n_tokens", n_tokens, minimum=0)
     check_int("n_experts", n_experts)
     check_int("k", k)
     check_capacity_factor(capacity_factor, optional=False)
-    return math.ceil(capacity_factor * k * n_tokens / n_experts)
+    factor = Fraction(repr(float(capacity_factor)))  # 1.1 -> 11/10, not 2476979795053773/2**51
+    return math.ceil(factor * k * n_tokens / n_experts)
 
 
 def apply_capacity(indices: Tensor, n_experts: int, capacity: int) -> tuple[Tensor, int]:

@@ -111,7 +111,9 @@ def load_balancing_loss(
     """Switch's auxiliary loss ``alpha * N * sum_i f_i P_i``.
 
     Equals Hugging Face's ``load_balancing_loss_func(router_logits, N, k, attention_mask)``
-    (Mixtral) times ``alpha``; with ``k = 1`` it is Switch's loss.
+    (Mixtral) times ``alpha``; with ``k = 1`` it is Switch's loss as the paper defines it,
+    ``f`` and ``P`` taken over the whole batch. (Hugging Face's SwitchTransformers model
+    takes them per sequence and averages the per-sequence losses: another number.)
 
     Args:
         router_logits: ``(n_tokens, n_experts)``, or a tuple of them (one per layer,
