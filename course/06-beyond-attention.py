@@ -36,9 +36,30 @@ matplotlib.use("Agg")  # figures render to PNG; nothing needs a display
 
 import torch  # noqa: E402
 
-from toolkit.moe import MIXTRAL_8X7B, moe_parameter_counts  # noqa: E402
+from toolkit.moe import (  # noqa: E402
+    MIXTRAL_8X7B,
+    GatedSharedExpert,
+    SharedExpertMoE,
+    expert_load,
+    load_balancing_loss,
+    moe_parameter_counts,
+    router_z_loss,
+    top_k_gating,
+)
 from toolkit.notebook import friendly_errors  # noqa: E402
-from toolkit.ssm import associative_scan, selective_scan  # noqa: E402
+from toolkit.rwkv import RwkvChannelMixing, RwkvTimeMixing, token_shift  # noqa: E402
+from toolkit.ssm import (  # noqa: E402
+    MambaCache,
+    MambaMixer,
+    associative_scan,
+    discretize_simplified,
+    discretize_zoh,
+    selective_scan,
+    selective_step,
+    ssm_convolutional,
+    ssm_kernel,
+    ssm_recurrent,
+)
 from toolkit.widgets.beyond import (  # noqa: E402
     decoding_cost_explorer,
     decoding_costs,
@@ -69,7 +90,9 @@ torch.set_default_dtype(torch.float64)  # exact comparisons below
 #   the top-$k$ choice, nudged up or down after each step depending on the expert's load.
 # * **Granularity.** DeepSeekMoE (arXiv 2401.06066) splits experts into many small ones
 #   (more combinations to choose from) and adds **shared experts** every token passes
-#   through, so the routed ones need not all relearn common knowledge.
+#   through, so the routed ones need not all relearn common knowledge. Qwen2-MoE
+#   (arXiv 2407.10671) gives its shared expert a gate of its own, one sigmoid per token:
+#   $y = \text{routed}(x) + \sigma(x\, w_s)\, S(x)$ (the cell after the widget).
 #
 # The widget trains a toy router with and without the balancing loss. It routes with the
 # toolkit's `top_k_gating` and `load_balancing_loss`; in Assignment 06, once you have
@@ -79,6 +102,40 @@ torch.set_default_dtype(torch.float64)  # exact comparisons below
 
 # %%
 router_load_explorer()
+
+# %% [markdown]
+# Two numbers to watch while an MoE trains: each expert's **load** (how many token slots
+# it got) and the router's logits themselves. ST-MoE (arXiv 2202.08906) adds a small
+# **z-loss**, the mean of $(\log \sum_i e^{l_i})^2$ over tokens: it keeps the logits small,
+# because large ones make the softmax brittle in low precision. Below, the balance loss
+# sits near its floor ($k$, here 2) while the load is even and grows when one expert is
+# everyone's favourite; the z-loss follows the size of the logits, even at an even load:
+
+# %%
+router_logits = torch.randn(64, 8)  # 64 tokens, 8 experts
+favourite = router_logits + 3.0 * (torch.arange(8) == 0)  # expert 0 scores higher for all
+for name, logits in (("even", router_logits), ("favourite", favourite),
+                     ("even, x10", 10 * router_logits)):
+    _, chosen = top_k_gating(logits, 2)
+    print(f"{name:9s} load {expert_load(chosen, 8).tolist()}  balance loss "
+          f"{load_balancing_loss(logits, 2).item():.2f}  z-loss {router_z_loss(logits).item():7.2f}")
+
+# %% [markdown]
+# Qwen2-MoE's gated shared expert, on a few random tokens: each token takes its own share
+# of the shared expert (the gate is a sigmoid of one logit, not part of the router's
+# softmax, so it never competes with the routed experts' weights).
+
+# %%
+shared = GatedSharedExpert(d_model=16, d_ff=48)  # sigmoid(x w_s) * SwiGLU(x)
+qwen_like = SharedExpertMoE(d_model=16, d_ff=12, n_experts=6, k=2, d_shared=48)
+qwen_like.shared = shared  # the layer holds one GatedSharedExpert; use ours
+tokens = torch.randn(1, 5, 16)
+with torch.no_grad():
+    y, _ = qwen_like(tokens)
+    share = torch.sigmoid(shared.gate(tokens))  # (1, 5, 1): one number per token
+    rebuilt = qwen_like.routed(tokens)[0] + share * shared.expert(tokens)
+print("shared expert's share per token:", [round(s, 2) for s in share.flatten().tolist()])
+print("y = routed(x) + share * S(x):", torch.allclose(y, rebuilt))
 
 # %% [markdown]
 # Only the FFNs are replicated, so the parameter count is far from "experts times the
@@ -135,6 +192,33 @@ for i in range(T):
 print("max |parallel - recurrent| =", (parallel - torch.stack(recurrent)).abs().max().item())
 
 # %% [markdown]
+# ### S4: a decay fixed over time is a convolution
+#
+# A time-invariant SSM (S4, S4D) discretises once, with the zero-order hold
+# $\bar A = e^{\Delta A}$, $\bar B = (\Delta A)^{-1}(e^{\Delta A} - I)\,\Delta B$, and then every
+# step is the same: $h_t = \bar A h_{t-1} + \bar B u_t$, $y_t = C h_t + D u_t$. Unrolled, the
+# output is a causal convolution of the input with the kernel
+# $K = (C\bar B, C\bar A\bar B, C\bar A^2\bar B, \dots)$, which an FFT computes for the whole
+# sequence at once: S4 trains as a convolution and generates as a recurrence. Mamba keeps
+# the exact $\bar A$ but simplifies $\bar B$ to $\Delta B$ (Euler), nearly the same for the
+# small steps it uses.
+
+# %%
+H, N_state, L_lti = 2, 4, 32
+A_diag = -(torch.rand(H, N_state) + 0.1)  # a stable, diagonal A
+B_in, C_out, D_skip = torch.randn(H, N_state), torch.randn(H, N_state), torch.randn(H)
+A_bar, B_bar = discretize_zoh(0.1, A_diag, B_in)
+u_lti = torch.randn(1, L_lti, H)
+y_recurrent = ssm_recurrent(A_bar, B_bar, C_out, D_skip, u_lti)
+y_convolution = ssm_convolutional(A_bar, B_bar, C_out, D_skip, u_lti)
+kernel = ssm_kernel(A_bar, B_bar, C_out, L_lti)  # (H, L): K_l = C A_bar^l B_bar
+print("max |recurrence - convolution| =", (y_recurrent - y_convolution).abs().max().item())
+print("kernel of channel 0, first taps:", [round(x, 3) for x in kernel[0, :5].tolist()])
+_, B_euler = discretize_simplified(0.1, A_diag, B_in)
+print(f"Mamba's B_bar = delta B differs from the ZOH's by at most "
+      f"{(B_bar - B_euler).abs().max().item():.4f} at delta = 0.1")
+
+# %% [markdown]
 # ## 3. Mamba-2: a selective SSM is masked attention
 #
 # Mamba-2 (Dao and Gu, arXiv 2405.21060, "state space duality") restricts Mamba's $A$ to a
@@ -174,6 +258,13 @@ for c in range(d_inner):
     M = (C[0] @ B[0].T) * decay  # (L ∘ C B^T)
     y_attention[0, :, c] = M @ (delta[0, :, c] * u[0, :, c])
 print("max |scan - masked attention| =", (y_scan - y_attention).abs().max().item())
+
+# The same scan, one token at a time (how Mamba generates): a fixed-size state in, one
+# output and the next state out.
+state = torch.zeros(1, d_inner, N)
+for i in range(L_seq):
+    y_i, state = selective_step(state, u[:, i], delta[:, i], A_log, B[:, i], C[:, i])
+print("last output, token by token = scan:", torch.allclose(y_i, y_scan[:, -1]))
 
 # %% [markdown]
 # The explorer below shows one SSM channel's kernel: how much of the input $l$ steps back
@@ -220,6 +311,31 @@ print(f"{L_long} steps in {math.ceil(math.log2(L_long))} rounds; max difference 
 rwkv_decay_explorer()
 
 # %% [markdown]
+# A whole RWKV layer wraps that recurrence in two blocks, both fed by **token shift**
+# (each position also sees the previous token, mixed in per channel): *time mixing*
+# (receptance, key, value, the WKV recurrence, a sigmoid gate) and *channel mixing* (an
+# FFN with a squared ReLU). The state they carry is the WKV state plus the last token, so
+# a layer continues from it exactly, and no output depends on a later token:
+
+# %%
+time_mixing, channel_mixing = RwkvTimeMixing(d_model=8), RwkvChannelMixing(d_model=8)
+x_rwkv, next_token = torch.randn(1, 6, 8), torch.randn(1, 1, 8)
+print("token shift puts x_{t-1} at position t:",
+      torch.equal(token_shift(x_rwkv)[:, 1:], x_rwkv[:, :-1]))
+with torch.no_grad():
+    mixed, carried = time_mixing(x_rwkv)
+    later = x_rwkv.clone()
+    later[:, -1] += 1.0  # change only the last token
+    print("changing the last token leaves earlier outputs alone:",
+          torch.allclose(time_mixing(later)[0][:, :-1], mixed[:, :-1]))
+    whole, _ = time_mixing(torch.cat([x_rwkv, next_token], dim=1))
+    step, _ = time_mixing(next_token, carried)  # continue from the carried state
+    print("one more token from the state = the whole sequence again:",
+          torch.allclose(step, whole[:, -1:]))
+    out_rwkv, _ = channel_mixing(mixed)
+print("channel mixing keeps the shape:", tuple(out_rwkv.shape))
+
+# %% [markdown]
 # ## 5. What a generated token costs, and why hybrids exist
 #
 # At generation time attention with a KV cache keeps $2\, n_\text{kv heads}\, d_\text{head}$
@@ -234,6 +350,26 @@ for kind, c in costs.items():
 
 # %%
 decoding_cost_explorer()
+
+# %% [markdown]
+# The recurrent column is a real number, not a formula: a Mamba layer (`MambaMixer`: input
+# projection into two branches, a short causal convolution, SiLU, the selective SSM, the
+# SiLU gate of the second branch, output projection) generates from a cache of the last few
+# convolution inputs and the SSM state, the same size after 10 tokens as after 10,000, and
+# its steps reproduce the whole-sequence output:
+
+# %%
+mixer = MambaMixer(d_model=16)
+x_mamba = torch.randn(1, 12, 16)
+with torch.no_grad():
+    whole = mixer(x_mamba)
+    cache: MambaCache = mixer.empty_cache(batch=1)  # conv inputs and SSM state, zeros
+    steps = []
+    for i in range(x_mamba.size(1)):
+        y_i, cache = mixer.step(x_mamba[:, i], cache)
+        steps.append(y_i)
+print("max |whole sequence - step by step| =", (whole - torch.stack(steps, 1)).abs().max().item())
+print(f"cache: {cache.nbytes():,} bytes, whatever the length")
 
 # %% [markdown]
 # So why not replace attention everywhere? Because a fixed-size state must forget.

@@ -83,18 +83,6 @@ SHOWN_BY_BUILDER = {
 #: What the toolkit implements and no notebook shows yet, by the assignment whose topic it
 #: is: the lecture or assignment of that number should show it (then delete the line).
 NOT_YET_SHOWN = {
-    "router_z_loss": "06: ST-MoE's router z-loss",
-    "expert_load": "06: drawn by router_load_explorer, called by no notebook",
-    "discretize_simplified": "06: the simplified discretisation beside the ZOH",
-    "ssm_kernel": "06: the S4 convolution kernel",
-    "ssm_recurrent": "06: the time-invariant SSM as a recurrence",
-    "ssm_convolutional": "06: the time-invariant SSM as a convolution",
-    "selective_step": "06: one step of the selective scan (decoding)",
-    "MambaMixer": "06: the Mamba block",
-    "MambaCache": "06: the Mamba block's decoding state",
-    "token_shift": "06: RWKV's token shift",
-    "RwkvTimeMixing": "06: RWKV's time-mixing layer",
-    "RwkvChannelMixing": "06: RWKV's channel-mixing layer",
     # The capstone's fast paths (GPTConfig.attention_backend = "sdpa" | "triton"); the
     # notebooks keep the teaching path, benchmarks/capstone.py and tests exercise these.
     "check_flash_backward_inputs": "04/07: the Triton backward's input check",

@@ -8,6 +8,7 @@ import torch
 
 from toolkit.moe import (
     MIXTRAL_8X7B,
+    SharedExpertMoE,
     SparseMoE,
     apply_capacity,
     expert_capacity,
@@ -218,6 +219,36 @@ def test_sparse_moe_capacity_and_shared_experts():
         expected = expected + moe.shared_experts[0](tokens)
     assert info["n_dropped"] == n_dropped > 0
     torch.testing.assert_close(y.reshape(20, 8), expected)
+
+
+@pytest.mark.parametrize("renormalize", [False, True])
+def test_shared_expert_moe_equals_hugging_face_qwen2_moe_block(renormalize):
+    transformers = pytest.importorskip("transformers")
+    qwen = pytest.importorskip("transformers.models.qwen2_moe.modeling_qwen2_moe")
+    cfg = transformers.Qwen2MoeConfig(hidden_size=16, moe_intermediate_size=12,
+                                      shared_expert_intermediate_size=40, num_experts=6,
+                                      num_experts_per_tok=2, norm_topk_prob=renormalize)
+    torch.manual_seed(0)
+    ours = SharedExpertMoE(16, 12, n_experts=6, k=2, d_shared=40, renormalize=renormalize)
+    theirs = qwen.Qwen2MoeSparseMoeBlock(cfg)
+    with torch.no_grad():
+        theirs.gate.weight.copy_(ours.routed.gate.weight)
+        for e, expert in enumerate(ours.routed.experts):
+            theirs.experts.gate_up_proj[e].copy_(
+                torch.cat([expert.gate_proj.weight, expert.up_proj.weight]))
+            theirs.experts.down_proj[e].copy_(expert.down_proj.weight)
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            getattr(theirs.shared_expert, name).weight.copy_(
+                getattr(ours.shared.expert, name).weight)
+        theirs.shared_expert_gate.weight.copy_(ours.shared.gate.weight)
+        x = torch.randn(2, 7, 16)
+        y, info = ours(x)
+        torch.testing.assert_close(y, theirs(x), atol=1e-6, rtol=1e-5)
+        # The gate matters: each token takes its own share of the shared expert.
+        share = torch.sigmoid(ours.shared.gate(x))
+        assert share.std() > 0.01
+        ungated = ours.routed(x)[0] + ours.shared.expert(x)
+        assert not torch.allclose(y, ungated, atol=1e-3)
 
 
 def test_parameter_counts_mixtral_and_a_real_model():

@@ -17,6 +17,8 @@ The modules, read in this order:
   and the sort-based dispatch that gives the same output.
 * :mod:`toolkit.moe.layer`: the :class:`SparseMoE` layer (router, experts, shared
   experts as in DeepSeekMoE) and total vs active parameter counts.
+* :mod:`toolkit.moe.shared_expert`: Qwen2-MoE's shared expert, scaled per token by a
+  sigmoid gate of its own.
 
 Shapes: a layer maps ``(batch, seq, d_model)`` to the same; routing works on the
 flattened tokens ``(n_tokens, d_model)`` with ``n_tokens = batch * seq``.
@@ -41,10 +43,13 @@ from toolkit.moe.routing import (
     router_z_loss,
     top_k_gating,
 )
+from toolkit.moe.shared_expert import GatedSharedExpert, SharedExpertMoE
 
 __all__ = [
     "GATINGS",
+    "GatedSharedExpert",
     "MIXTRAL_8X7B",
+    "SharedExpertMoE",
     "SparseMoE",
     "apply_capacity",
     "expert_capacity",

@@ -7,9 +7,9 @@
     y = sum_j g_j E_j(x) + sum_s S_s(x)     routed experts + always-on shared experts
 
 Every expert is a SwiGLU FFN (``gate_proj``, ``up_proj``, ``down_proj``), as in
-Mixtral. **Shared experts** (DeepSeekMoE, arXiv 2401.06066; Qwen-MoE uses one with a
-sigmoid gate of its own) see every token: they learn what all tokens need, so the
-routed experts are free to specialise.
+Mixtral. **Shared experts** (DeepSeekMoE, arXiv 2401.06066; Qwen2-MoE uses one with a
+sigmoid gate of its own, :mod:`toolkit.moe.shared_expert`) see every token: they learn
+what all tokens need, so the routed experts are free to specialise.
 
 **Total vs active parameters.** A token passes through the attention, the router and
 ``k`` of the ``E`` experts (plus the shared ones), so the compute per token follows the
