@@ -24,6 +24,7 @@ and never guesses.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from typing import Any
 
@@ -121,9 +122,33 @@ def _error_kind(text: str) -> str:
     return str(text).split(":", 1)[0].strip()
 
 
-def fingerprint_matches(exchanges: list[Exchange], replies: list[tuple[dict, dict]]) -> bool:
+def _replies_differ(first: tuple[dict, dict], second: tuple[dict, dict]) -> bool:
+    """Whether two replies to one request say different things (a value and an error,
+    two different values, or errors of different kinds)."""
+    (a, a_tensors), (b, b_tensors) = first, second
+    if (a.get("ok") is True) != (b.get("ok") is True):
+        return True
+    if a.get("ok") is not True:
+        return _error_kind(a.get("error", "")) != _error_kind(b.get("error", ""))
+    try:
+        return not same_answer(decode_reply(a, a_tensors), decode_reply(b, b_tensors))
+    except SubmissionError:
+        return True
+
+
+def fingerprint_matches(exchanges: list[Exchange], replies: list[tuple[dict, dict]],
+                        reference: list[tuple[dict, dict]] | None = None) -> bool:
     """True when the mistake answered every request as the student did, with at least one
-    real value among them (errors alone prove nothing)."""
+    real value among them (errors alone prove nothing).
+
+    With ``reference`` (the correct solution's replies to the same requests), the mistake
+    must also answer at least one request *differently from the solution*: a mistake that
+    is right on these inputs (at the diagnosis's tolerance) explains nothing, and the
+    student's answers must be wrong in some other way (a dtype, a tiny rounding error).
+    """
+    if reference is not None and not any(
+            map(_replies_differ, replies, reference)):
+        return False
     values = 0
     for exchange, (reply, tensors) in zip(exchanges, replies, strict=True):
         outcome = exchange.outcome
@@ -177,6 +202,20 @@ def diagnose(
     if not failing or not mutants:
         return []
     source = {m.name: _mutated_source(spec, m) for m in mutants}
+    # What the correct solution answers to every request: a mutant counts only where it
+    # answers differently (see fingerprint_matches).
+    asked = [(e.request, e.tensors) for c in failing for e in transcripts[check_key(c)]]
+    try:
+        text = spec.source_text(notebook_id)
+        solution = oracle.replay(_variant(spec, notebook_id, "reference", text), text,
+                                 spec.path, asked)
+    except OracleError:
+        return []  # no diagnosis is better than a wrong one
+    reference: dict[str, list] = {}
+    start = 0
+    for check in failing:
+        n = len(transcripts[check_key(check)])
+        reference[check_key(check)], start = solution[start:start + n], start + n
     explained: dict[str, dict[str, list[str]]] = {}  # grade cell -> mutant -> check ids
     for mutant in mutants:
         mine = [c for c in failing if c.grade_cell in mutant.breaks]
@@ -184,8 +223,9 @@ def diagnose(
             continue
         requests = [(e.request, e.tensors) for c in mine for e in transcripts[check_key(c)]]
         try:
-            replies = oracle.replay(f"mutant-{mutant.name}", source[mutant.name], spec.path,
-                                    requests)
+            replies = oracle.replay(
+                _variant(spec, notebook_id, f"mutant-{mutant.name}", source[mutant.name]),
+                source[mutant.name], spec.path, requests)
         except OracleError:
             continue  # no diagnosis is better than a wrong one
         start = 0
@@ -193,7 +233,7 @@ def diagnose(
             exchanges = transcripts[check_key(check)]
             answer = replies[start:start + len(exchanges)]
             start += len(exchanges)
-            if fingerprint_matches(exchanges, answer):
+            if fingerprint_matches(exchanges, answer, reference[check_key(check)]):
                 explained.setdefault(check.grade_cell, {}).setdefault(
                     mutant.name, []).append(check_key(check))
     by_name = {m.name: m for m in mutants}
@@ -213,6 +253,13 @@ def diagnose(
                 owner=owner or grade_cell, checks=ids))
             left -= set(ids)
     return diagnoses
+
+
+def _variant(spec: AssignmentSpec, notebook_id: str, label: str, source: str) -> str:
+    """The oracle's key for one notebook variant: one helper serves every assignment a
+    worker grades, and an edited source is a new variant."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    return f"{spec.name}/{notebook_id}/{label}/{digest}"
 
 
 def _mutated_source(spec: AssignmentSpec, mutant) -> str:

@@ -143,8 +143,13 @@ def part_name(headings: list[str]) -> str:
 
 
 def _plain(heading: str) -> str:
-    """A heading without markdown emphasis: "Exercise 4: `DecoderBlock`" -> "...: DecoderBlock"."""
-    return re.sub(r"[`*_]", "", heading).strip()
+    """A heading without markdown emphasis: "Exercise 4: `DecoderBlock`" -> "...: DecoderBlock".
+
+    Underscores go only where they mark emphasis (``_word_``, ``__word__``): the ones
+    inside a name (``top_k_gating``) stay.
+    """
+    text = re.sub(r"[`*]", "", heading)
+    return re.sub(r"(?<![A-Za-z0-9])_+|_+(?![A-Za-z0-9])", "", text).strip()
 
 
 class FeedbackExporter(HTMLExporter):

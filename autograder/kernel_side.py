@@ -159,7 +159,13 @@ class _AutograderBridge:
             raise TypeError("result is nested too deeply")
         if isinstance(value, torch.Tensor):
             key = f"t{len(tensors)}"
-            tensors[key] = value.detach().to("cpu").contiguous()
+            value = value.detach().to("cpu").contiguous()
+            # safetensors refuses two entries that share memory: an answer that returns
+            # its input twice, or a view of another answer, is sent as copies.
+            storage = value.untyped_storage().data_ptr()
+            if any(t.untyped_storage().data_ptr() == storage for t in tensors.values()):
+                value = value.clone()
+            tensors[key] = value
             return {"type": "tensor", "key": key}
         if type(value).__module__ == "numpy" and hasattr(value, "shape"):
             return self._encode(

@@ -75,6 +75,9 @@ def test_summary_names_parts_and_keeps_points_apart():
     assert part_name(["1. Attention", "Exercise 1a: weights", "Exercise 1b: `sdpa`"]) == (
         "Exercise 1a: weights + Exercise 1b: sdpa")
     assert part_name(["6. Which family?"]) == "6. Which family?"
+    # Underscores of a name stay; only emphasis marks go.
+    assert part_name(["Exercise 2: `swiglu_hidden_dim` and **_GatedFeedForward_**"]) == (
+        "Exercise 2: swiglu_hidden_dim and GatedFeedForward")
     parts = [
         {"grade_id": "test_a", "name": "Exercise 1", "kind": "hidden checks", "manual": False,
          "score": 2.5, "points": 3.0},
@@ -86,6 +89,24 @@ def test_summary_names_parts_and_keeps_points_apart():
     assert "**Automatic points** (hidden checks): 2.5 / 3" in text
     assert "0 / 2, 2 point(s) not graded yet" in text
     assert "**Total**: 2.5 / 5" in text
+
+
+def test_a_mistake_that_answers_like_the_solution_explains_nothing():
+    """A student's float32 gates or int32 indices (right values, wrong dtype) equal, at the
+    diagnosis's tolerance, both the solution and any mutant that is right on those inputs:
+    such a mutant must not be named as the cause."""
+    x = torch.randn(2, 2, dtype=torch.float64)
+    student = [Exchange({}, {}, x.float())]  # right values, failed on dtype
+    harmless = [_reply(x.clone())]  # the mutant is right on this input
+    solution = [_reply(x.clone())]
+    assert fingerprint_matches(student, harmless)  # without the solution's answers: fooled
+    assert not fingerprint_matches(student, harmless, solution)
+    # A mutant that answers differently from the solution, as the student did, explains it.
+    wrong = [Exchange({}, {}, x + 1)]
+    assert fingerprint_matches(wrong, [_reply(x + 1)], solution)
+    # Differing by an error counts too: the solution raises, the mistake and student do not.
+    raising = [({"ok": False, "error": "ValueError: bad"}, {})]
+    assert fingerprint_matches(wrong, [_reply(x + 1)], raising)
 
 
 def test_mistake_oracle_leaves_no_scratch_folder_behind(tmp_path):

@@ -99,3 +99,26 @@ def test_the_same_tensor_can_be_sent_twice():
     from safetensors.torch import save  # refuses shared memory, so encoding must not share
 
     save(tensors)
+
+
+def test_an_answer_that_returns_its_input_or_a_view_can_be_sent_back():
+    """The kernel's side too: a student's function that returns its input (forgot a
+    clone) or views of one tensor must come back as values, so only the checks about
+    aliasing fail, not the transport (safetensors refuses tensors that share memory)."""
+    from safetensors.torch import load, save
+
+    from autograder.kernel_side import make_bridge
+
+    def forgot_to_clone(x):
+        return x, x, x[1:], x.view(2, 2)
+
+    bridge = make_bridge({"forgot_to_clone": forgot_to_clone})
+    x = torch.arange(4.0)
+    reply, tensors = bridge.respond(
+        {"kind": "call", "name": "forgot_to_clone", "args": [{"type": "tensor", "key": "x"}]},
+        {"x": x})
+    assert reply["ok"], reply
+    back = load(save(tensors))
+    keys = [item["key"] for item in reply["result"]["items"]]
+    assert [back[k].tolist() for k in keys] == [x.tolist(), x.tolist(), x[1:].tolist(),
+                                                 x.view(2, 2).tolist()]
