@@ -84,6 +84,17 @@ def _note_output(text: str):
     return nbformat.v4.new_output("stream", name="stdout", text=f"\n{text}\n")
 
 
+def cell_label(index: int, cell) -> str:
+    """How the notes name a cell: its place in the notebook (markdown cells count, as in
+    nbgrader) and its first line of code, which the student can search for: Jupyter's
+    ``In [n]`` numbers change with every run and say nothing about the file."""
+    first = next((line.strip() for line in cell.source.splitlines()
+                  if line.strip() and not line.strip().startswith(("#", "%"))), "")
+    if not first:
+        return f"cell {index + 1}"
+    return f"cell {index + 1} (`{first[:40]}{'...' if len(first) > 40 else ''}`)"
+
+
 class KernelSession:
     """One sandboxed kernel for one submission, used first to run it, then to check it."""
 
@@ -231,7 +242,7 @@ class KernelSession:
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code" or skip(cell) or SKIP_TAG in cell.metadata.get("tags", []):
                 continue
-            label = f"cell {index + 1}"
+            label = cell_label(index, cell)
             if self.remaining() <= 0:
                 self.events.append(f"{label} not run: the submission's time limit was reached")
                 continue

@@ -103,8 +103,10 @@ class _AutograderBridge:
         self._sites_cache[key] = (len(sys.modules), sites, labels)
         return sites, labels
 
-    def _guard(self, forbidden, violations):
-        """Replace forbidden callables by tripwires; return the undo list."""
+    def _guard(self, forbidden, violations, callers=None):
+        """Replace forbidden callables by tripwires; return the undo list. A tripwire adds
+        the name to ``violations`` and the student's function that called it (or "") to
+        ``callers``."""
         undo = []
         if not forbidden:
             return undo
@@ -112,6 +114,8 @@ class _AutograderBridge:
         def tripwire(name, original):
             def _blocked(*args, **kwargs):
                 violations.append(name)
+                if callers is not None:
+                    callers.append(_student_caller(sys._getframe(1)))
                 raise RuntimeError(f"{name} is not allowed in this exercise: implement it yourself")
 
             _blocked.__wrapped_original__ = original
@@ -223,10 +227,10 @@ class _AutograderBridge:
         The grader also uses this, in a trusted process and on instructor code only, to
         replay a check's requests against the named mistakes (autograder.diagnosis).
         """
-        violations = []
-        reply = {"ok": True, "violations": violations}
+        violations, callers = [], []
+        reply = {"ok": True, "violations": violations, "called_from": callers}
         result_tensors = {}
-        undo = self._guard(request.get("forbid", []), violations)
+        undo = self._guard(request.get("forbid", []), violations, callers)
         try:
             args = [self._decode(a, tensors) for a in request.get("args", [])]
             kwargs = {k: self._decode(v, tensors) for k, v in request.get("kwargs", {}).items()}
@@ -260,12 +264,7 @@ class _AutograderBridge:
             module = cls(**init)
             state = {k[len("state.") :]: v for k, v in tensors.items() if k.startswith("state.")}
             if request.get("load_state", False):
-                missing, unexpected = module.load_state_dict(state, strict=False)
-                if missing or unexpected:
-                    raise KeyError(
-                        "parameter names differ from the specification: "
-                        f"missing {sorted(missing)}, unexpected {sorted(unexpected)}"
-                    )
+                load_exercise_state(module, state)
             if request.get("method") == "__state__":
                 return {k: v for k, v in module.state_dict().items()}
             module.eval()
@@ -274,6 +273,7 @@ class _AutograderBridge:
         if kind == "exec":
             scope = dict(self.ns)
             scope["inputs"] = dict(zip(request.get("arg_names", []), args))
+            scope["_load_exercise_state"] = load_exercise_state  # for the checks' code
             exec(compile(request["code"], "<autograder check>", "exec"), scope)
             return scope.get("result")
         raise ValueError(f"unknown request kind {kind!r}")
@@ -294,6 +294,38 @@ class _AutograderBridge:
             where = f" (line {last.lineno}: {last.line})" if last.line else f" (line {last.lineno})"
         text = f"{type(exc).__name__}: {exc}{where}"
         return text[: self.MAX_MESSAGE]
+
+
+def _student_caller(frame) -> str:
+    """The qualified name of the first function up the stack that the student wrote, or ""
+    from a cell's top level: where to look for a forbidden call. Notebook cells run in
+    ``__main__``; libraries (torch, the course toolkit) and the checks' code do not count."""
+    while frame is not None:
+        code = frame.f_code
+        if (frame.f_globals.get("__name__") == "__main__"
+                and not code.co_filename.startswith("<autograder")):
+            qualname = getattr(code, "co_qualname", code.co_name)
+            return "" if qualname == "<module>" else qualname
+        frame = frame.f_back
+    return ""
+
+
+def load_exercise_state(module, state, may_miss=()) -> None:
+    """Load a check's weights into the student's ``module`` (``strict=False``), or raise a
+    KeyError that says from the module's side what differs. ``may_miss``: names the module
+    need not have (a tied output layer)."""
+    missing, unexpected = module.load_state_dict(state, strict=False)
+    missing = [name for name in missing if name not in may_miss]
+    problems = []
+    if unexpected:  # the check has them, the module not: often a tensor that is no Parameter
+        problems.append(f"it has no parameter or buffer named {sorted(unexpected)} (a tensor "
+                        "kept as a plain attribute is neither: wrap it in nn.Parameter)")
+    if missing:
+        problems.append(f"it has {sorted(missing)}, which the exercise does not name (keep "
+                        "the names the exercise gives)")
+    if problems:
+        raise KeyError(f"{type(module).__name__}'s parameters differ from the exercise's: "
+                       + "; ".join(problems))
 
 
 def make_bridge(namespace):

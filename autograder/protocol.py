@@ -185,12 +185,9 @@ class Submission:
     def _answer(self, paths: dict[str, Path], timeout: float) -> Any:
         self._run_in_kernel(f"__autograder__.handle({str(paths['request.json'])!r})", timeout)
         reply = _read_json(paths["reply.json"])
-        for name in (
-            reply.get("violations", []) if isinstance(reply.get("violations"), list) else []
-        ):
-            raise ForbiddenShortcut(
-                f"your code called {name}, which this exercise asks you to implement yourself"
-            )
+        shortcut = forbidden_shortcut(reply)
+        if shortcut is not None:
+            raise shortcut
         if reply.get("ok") is not True:
             raise SubmissionError(str(reply.get("error", "the kernel sent back no result"))[:4000])
         blob = _read_bytes(paths["reply.safetensors"], MAX_REPLY_TENSORS, missing_ok=True)
@@ -235,6 +232,20 @@ def _encode(value, tensors, key):
             "items": {k: _encode(v, tensors, f"{key}.{k}") for k, v in value.items()},
         }
     raise TypeError(f"cannot send {type(value).__name__} to the kernel")
+
+
+def forbidden_shortcut(reply: dict) -> ForbiddenShortcut | None:
+    """The first forbidden call a reply reports, said for the student: what was called and
+    from which of their functions (a LayerNorm that calls F.layer_norm breaks every later
+    exercise that uses it; the name says where to look)."""
+    violations = reply.get("violations")
+    if not isinstance(violations, list) or not violations:
+        return None
+    callers = reply.get("called_from")
+    caller = callers[0] if isinstance(callers, list) and callers else ""
+    where = f" (in `{str(caller)[:80]}`)" if caller else ""
+    return ForbiddenShortcut(f"your code called {str(violations[0])[:200]}{where}, which this "
+                             "exercise asks you to implement yourself")
 
 
 def _read_bytes(path: Path, limit: int, missing_ok=False) -> bytes | None:

@@ -76,13 +76,17 @@ def cell_report_markdown(grade_id: str, entry: dict) -> str:
         for check in mine:
             lines.append(f"  - ✘ {html.escape(check.description)}")
         explained |= {check_key(c) for c in mine}
+    said = set()  # one cause often fails many checks: say it once
     for check in entry["checks"]:
         if check_key(check) in explained:
             continue
         mark = "✔" if check.passed else "✘"
         line = f"- {mark} {html.escape(check.description)}"
         if not check.passed and check.message:
-            line += f"  \n  {html.escape(check.message)}"
+            repeated = check.message in said
+            line += "  \n  (the same reason as above)" if repeated else (
+                f"  \n  {html.escape(check.message)}")
+            said.add(check.message)
         lines.append(line)
     return "\n".join(lines)
 

@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 
 import toolkit.models  # noqa: F401 - loaded, so its alias of apply_rope exists
 import toolkit.position
-from autograder import kernel_side
+from autograder import kernel_side, protocol
 
 STUDENT = """
 import torch
@@ -52,7 +52,7 @@ SOFTMAX = torch.nn.functional.softmax
 
 @pytest.fixture
 def bridge():
-    namespace: dict = {}
+    namespace: dict = {"__name__": "__main__"}  # as in a kernel
     exec(STUDENT, namespace)
     return kernel_side.make_bridge(namespace)
 
@@ -87,7 +87,11 @@ def _assert_restored(bridge):
 def test_every_path_to_a_forbidden_function_trips(bridge, tmp_path, forbidden, path):
     reply = _call(bridge, tmp_path, path, [forbidden])
     assert reply["ok"] is False and reply["violations"] == [forbidden], reply
+    assert reply["called_from"] == [path], reply  # the student's function that called it
     _assert_restored(bridge)
+    message = str(protocol.forbidden_shortcut(reply))
+    assert message == (f"your code called {forbidden} (in `{path}`), which this exercise asks "
+                       "you to implement yourself")
 
 
 def test_own_code_runs_and_everything_is_restored(bridge, tmp_path):

@@ -122,3 +122,52 @@ def test_an_answer_that_returns_its_input_or_a_view_can_be_sent_back():
     keys = [item["key"] for item in reply["result"]["items"]]
     assert [back[k].tolist() for k in keys] == [x.tolist(), x.tolist(), x[1:].tolist(),
                                                  x.view(2, 2).tolist()]
+
+
+def test_a_missing_parameter_is_explained_from_the_module_side():
+    """A student who keeps a weight as a plain tensor (no nn.Parameter) hears that their
+    module lacks it, not that the check's tensor is 'unexpected'."""
+    from autograder.kernel_side import load_exercise_state
+
+    class Forgot(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.ones(3)  # not registered
+            self.scale = torch.nn.Parameter(torch.ones(1))  # not in the exercise
+
+    with pytest.raises(KeyError) as err:
+        load_exercise_state(Forgot(), {"weight": torch.zeros(3)})
+    text = str(err.value)
+    assert "Forgot's parameters differ" in text
+    assert "no parameter or buffer named ['weight']" in text and "nn.Parameter" in text
+    assert "['scale'], which the exercise does not name" in text
+    module = torch.nn.Linear(2, 2, bias=False)
+    load_exercise_state(module, {}, may_miss=("weight",))  # allowed to be absent
+    load_exercise_state(module, {"weight": torch.eye(2)})
+    assert torch.equal(module.weight, torch.eye(2))
+
+
+def test_notes_name_a_cell_by_its_place_and_first_line():
+    import nbformat
+
+    from autograder.execute import cell_label
+
+    cell = nbformat.v4.new_code_cell("# Exercise 2\n%matplotlib inline\n\nout = attention_weights("
+                                     "q, k, mask=causal_mask(4), scale=None)\n")
+    assert cell_label(3, cell) == "cell 4 (`out = attention_weights(q, k, mask=causa...`)"
+    assert cell_label(0, nbformat.v4.new_code_cell("# only a comment")) == "cell 1"
+
+
+def test_a_reason_that_fails_many_checks_is_said_once_per_cell():
+    from autograder.scoring import cell_report_markdown
+
+    reason = "ForbiddenShortcut: your code called torch.nn.functional.layer_norm (in `LN.forward`)"
+    checks = [CheckRecord(id=f"t{i}", module="m", description=f"share {i}", grade_cell="g",
+                          passed=False, message=reason) for i in range(3)]
+    checks.append(CheckRecord(id="other", module="m", description="other", grade_cell="g",
+                              passed=False, message="shape (2, 3), expected (3, 2)"))
+    entry = score_cells({"g": 3}, checks)["g"]
+    text = cell_report_markdown("g", entry)
+    assert text.count("torch.nn.functional.layer_norm") == 1
+    assert text.count("(the same reason as above)") == 2
+    assert "shape (2, 3), expected (3, 2)" in text

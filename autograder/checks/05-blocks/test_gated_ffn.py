@@ -26,10 +26,7 @@ RUN = """
 import torch as _torch
 
 _m = globals()[inputs["cls"]](*inputs["args"]).double()
-_missing, _unexpected = _m.load_state_dict(inputs["state"], strict=False)
-if _missing or _unexpected:
-    raise KeyError(f"parameter names differ: missing {sorted(_missing)}, "
-                   f"unexpected {sorted(_unexpected)}")
+_load_exercise_state(_m, inputs["state"])
 _m.eval()
 with _torch.no_grad():
     result = _m(inputs["x"])
