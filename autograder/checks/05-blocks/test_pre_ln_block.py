@@ -118,7 +118,7 @@ def test_pre_ln_stack_ends_with_a_norm(submission):
     try:
         got = submission.module("EncoderStack", x, init=init, state=state)
     except Exception as exc:
-        if "final_norm" in str(exc):
+        if "final_norm" in str(exc) and "layers." not in str(exc):  # only the final norm
             raise CheckFailure("EncoderStack(norm_first=True) has no final_norm parameters: a "
                                "Pre-LN stack ends with make_norm(norm, d_model, eps)") from None
         raise
@@ -154,6 +154,11 @@ def test_stack_parameter_names(submission):
         got = submission.module_state("EncoderStack", init={"n_layers": 1, **INIT,
                                                             "norm_first": norm_first})
         if not isinstance(got, dict) or sorted(got) != expected:
-            extra = sorted(set(got or ()) ^ set(expected))
-            raise CheckFailure(f"EncoderStack(norm_first={norm_first}) parameters differ from "
-                               f"the specification: {extra[:4]}")
+            lacks = sorted(set(expected) - set(got or ()))
+            extra = sorted(set(got or ()) - set(expected))
+            raise CheckFailure(
+                f"EncoderStack(norm_first={norm_first})'s parameters differ from the exercise's: "
+                + "; ".join(([f"it lacks {lacks[:4]} (a plain tensor attribute is no "
+                              "parameter: use nn.Parameter)"] if lacks else [])
+                            + ([f"it has {extra[:4]}, which the exercise does not name"]
+                               if extra else [])))
