@@ -26,7 +26,13 @@ from .execute import kernel_start_mode
 from .jobs import Job, NotebookResult
 from .runner import describe_isolation, grade_notebook
 from .sanitize import NotGradable, grade_cell_ids, read_submission, sanitize
-from .workers import Terminated, stop_workers, stops_cleanly, worker_pool
+from .workers import (
+    raise_if_stop_requested,
+    stop_workers,
+    stops_cleanly,
+    worker_pool,
+    worker_stopped,
+)
 
 
 def submission_digest(submission_dir: Path) -> str:
@@ -162,8 +168,13 @@ def grade(
         disable=not progress,
         file=sys.stderr,
     )
+    unfinished = []  # jobs whose worker stopped: not the submission's fault, not recorded
     try:
         for job, result in _execute(jobs, workers, scheduler):
+            raise_if_stop_requested()  # a Ctrl-C the interpreter swallowed stops us here
+            if isinstance(result, BaseException) and worker_stopped(result):
+                unfinished.append(job)
+                continue
             if isinstance(result, BaseException):
                 error = f"grading error: {type(result).__name__}: {result}"
                 result = NotebookResult.not_run(job, error, isolation)
@@ -175,7 +186,15 @@ def grade(
                               "in this run)") from None
     finally:
         bar.close()
-    return {"graded": list(todo), "skipped": skipped, "isolation": isolation}
+    if unfinished:
+        students = sorted({job.student for job in unfinished})
+        raise CourseError(
+            f"{len(students)} submission(s) were not graded because a grading worker stopped "
+            f"(killed, or out of memory): {', '.join(students[:10])}"
+            f"{' ...' if len(students) > 10 else ''}. Nothing was recorded for them; run the "
+            "same command again to grade them")
+    graded = [s for s in todo if pending[s].get("recorded")]
+    return {"graded": graded, "skipped": skipped, "isolation": isolation}
 
 
 def _finish(course, spec, result: NotebookResult, pending) -> None:
@@ -243,9 +262,6 @@ def _execute(jobs: list[Job], workers: int | None, scheduler: str | None):
                     yield futures[future], future.result()
                 except Exception as exc:
                     yield futures[future], exc
-        except Terminated:  # the workers did not get the signal: pass it on
+        except BaseException:  # Ctrl-C, SIGTERM (Terminated), a full disk: stop them all
             stop_workers(pool)
-            raise
-        except BaseException:  # Ctrl-C reached the workers too; a full disk stops here
-            pool.shutdown(wait=False, cancel_futures=True)
             raise

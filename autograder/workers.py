@@ -5,19 +5,18 @@
 clean up on the way out: the kernel shut down, the submission's tmpfs areas unmounted (as
 root they hold memory), the scratch folders removed. Three ways a grader stops:
 
-* **Ctrl-C** reaches every process of the terminal's process group: the workers get the
-  ``KeyboardInterrupt`` themselves, abandon their submission, and exit when the grader
-  shuts the pool down.
+* **Ctrl-C** reaches every process of the terminal's process group, the workers too.
 * **SIGTERM or SIGHUP to the grader alone** (``kill PID``, a batch scheduler's time limit,
   a service manager): :func:`stop_on_termination` turns it into :class:`Terminated`, an
-  interruption like Ctrl-C, and :func:`stop_workers` passes SIGTERM on to the workers.
+  interruption like Ctrl-C.
 * **The grader killed outright** (SIGKILL, the out-of-memory killer): Linux sends each
   worker SIGTERM itself (``prctl(PR_SET_PDEATHSIG)``, asked for in :func:`_started`).
 
-A worker's answer to SIGTERM (or SIGHUP) is the same in every case: the submission it is
-grading is abandoned (its ``finally`` clauses run), then the process runs its exit
-handlers and exits. Further signals during that clean-up are ignored, so a second one
-cannot cut it short.
+An interrupted grader calls :func:`stop_workers`, which passes SIGTERM on and waits for
+the workers. A worker's answer to SIGINT, SIGTERM or SIGHUP is the same in every case: the
+submission it is grading is abandoned (its ``finally`` clauses run), then the process runs
+its exit handlers and exits, without taking the work already queued for it. Further
+signals during that clean-up are ignored, so a second one cannot cut it short.
 """
 
 from __future__ import annotations
@@ -30,14 +29,16 @@ import multiprocessing
 import os
 import signal
 import threading
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import CancelledError, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 #: prctl option (sys/prctl.h): the signal this process gets when its parent dies.
 PR_SET_PDEATHSIG = 1
 #: Seconds a stopped worker gets to clean up before it is killed.
 STOP_GRACE_SECONDS = 20
 
-_stopping = False  # set in a worker by its first SIGTERM or SIGHUP
+_stopping = False  # set in a worker by its first SIGINT, SIGTERM or SIGHUP
+_requested: int | None = None  # in the grader: the stop signal received, if any
 
 
 class Terminated(KeyboardInterrupt):
@@ -51,20 +52,45 @@ class Terminated(KeyboardInterrupt):
 @contextlib.contextmanager
 def stop_on_termination():
     """In the grader (main thread): SIGTERM and SIGHUP raise :class:`Terminated` while the
-    block runs, so they stop the grader the way Ctrl-C does (workers included)."""
+    block runs, so they stop the grader the way Ctrl-C does (workers included).
+
+    Each stop signal is also remembered: Python drops an exception raised while it runs a
+    finaliser (a weak reference's callback, a ``__del__``), so the grading loop asks
+    :func:`raise_if_stop_requested` after every result as well."""
+    global _requested
 
     def interrupt(signum, frame):
-        raise Terminated(signum)
+        global _requested
+        _requested = signum
+        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
 
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread may set handlers (a test calling main() in a thread)
         return
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    _requested = None
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, interrupt) for sig in stops}
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        _requested = None
+
+
+def raise_if_stop_requested() -> None:
+    """Raise the interruption a stop signal asked for, if an earlier raise was lost."""
+    if _requested is not None:
+        raise KeyboardInterrupt if _requested == signal.SIGINT else Terminated(_requested)
+
+
+def worker_stopped(error: BaseException) -> bool:
+    """Whether a job failed because its worker process stopped (a signal, the out-of-memory
+    killer; the pool then reports BrokenProcessPool, Dask KilledWorker), not because of the
+    submission: such a job is graded again by the next run, never recorded."""
+    if isinstance(error, (KeyboardInterrupt, SystemExit, BrokenProcessPool, CancelledError)):
+        return True
+    return type(error).__name__ == "KilledWorker"  # distributed's, without importing it
 
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:
@@ -111,9 +137,10 @@ def stops_cleanly(task):
 
 # -- inside a worker -------------------------------------------------------------------
 def _started(grader_pid: int) -> None:
-    """Pool initializer: stop on SIGTERM/SIGHUP, and get SIGTERM when the grader dies."""
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGHUP, _stop)
+    """Pool initializer: stop on SIGINT/SIGTERM/SIGHUP, and get SIGTERM when the grader
+    dies."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop)
     with contextlib.suppress(AttributeError, OSError):  # prctl is Linux's
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
     if os.getppid() != grader_pid:  # the grader died before prctl took effect

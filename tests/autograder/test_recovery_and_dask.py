@@ -155,6 +155,43 @@ def test_a_grader_stopped_alone_takes_its_workers_with_it(tiny_course, tmp_path,
     assert proc.returncode == 0 and len(_results(course)) == 8, out
 
 
+def test_a_worker_that_dies_costs_no_student_anything(tiny_course, tmp_path):
+    """A grading worker killed mid-run (the out-of-memory killer picks it, an admin's
+    kill): its submissions are not the students' fault, so nothing is recorded for them
+    (no zero, no 'grading error'), the grader says so and exits with an error, and the next
+    run grades them."""
+    course = tiny_course
+    students = _class_of(course, 8)
+    log = tmp_path / "grade.log"
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(
+            [str(BIN / "autograder"), "grade", "00-tiny", "--course", str(course.root),
+             "--workers", "2", "--quiet", "--force"],
+            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    for path in _results(course):
+        path.unlink()
+    start = time.monotonic()
+    while len(_results(course)) < 1 or len(_children(proc.pid)) < 2:
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() - start < 300, "grading made no progress"
+        time.sleep(0.2)
+    workers = [pid for pid in _children(proc.pid)  # the pool's, not the resource tracker
+               if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    os.kill(min(workers), signal.SIGKILL)  # one worker, not the grader
+    assert proc.wait(timeout=120) == 2, log.read_text()
+    out = log.read_text()
+    assert "were not graded because a grading worker stopped" in out, out
+    done = {p.name for p in _results(course)}
+    assert len(done) < 8
+    for path in _results(course):
+        assert "grading error" not in path.read_text(), path.name
+    proc = _grade_cli(course)
+    out = proc.communicate(timeout=600)[0]
+    assert proc.returncode == 0, out
+    assert f"Graded {8 - len(done)}, already graded {len(done)}" in out
+    assert {p.name for p in _results(course)} == {f"{s}.json" for s in students}
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
