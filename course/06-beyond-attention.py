@@ -92,7 +92,7 @@ torch.set_default_dtype(torch.float64)  # exact comparisons below
 #   (more combinations to choose from) and adds **shared experts** every token passes
 #   through, so the routed ones need not all relearn common knowledge. Qwen2-MoE
 #   (arXiv 2407.10671) gives its shared expert a gate of its own, one sigmoid per token:
-#   $y = \text{routed}(x) + \sigma(x\, w_s)\, S(x)$ (the cell after the widget).
+#   $y = \text{routed}(x) + \sigma(x\, w_s)\, S(x)$ (shown below the widget).
 #
 # The widget trains a toy router with and without the balancing loss. It routes with the
 # toolkit's `top_k_gating` and `load_balancing_loss`; in Assignment 06, once you have
@@ -352,11 +352,11 @@ for kind, c in costs.items():
 decoding_cost_explorer()
 
 # %% [markdown]
-# The recurrent column is a real number, not a formula: a Mamba layer (`MambaMixer`: input
+# The recurrent rows are more than arithmetic: a Mamba layer (`MambaMixer`: input
 # projection into two branches, a short causal convolution, SiLU, the selective SSM, the
-# SiLU gate of the second branch, output projection) generates from a cache of the last few
-# convolution inputs and the SSM state, the same size after 10 tokens as after 10,000, and
-# its steps reproduce the whole-sequence output:
+# SiLU gate of the second branch, output projection) really generates from a cache of the
+# last few convolution inputs and the SSM state, the same size after 10 tokens as after
+# 10,000, and its steps reproduce the whole-sequence output:
 
 # %%
 mixer = MambaMixer(d_model=16)
