@@ -119,7 +119,7 @@ def test_a_grader_stopped_alone_takes_its_workers_with_it(tiny_course, tmp_path,
     workers: they must stop as well, clean up their kernels, mounts and scratch folders, and
     the next run must finish the class."""
     course = tiny_course
-    _class_of(course, 4)
+    _class_of(course, 8)
     # Output to a file: workers that outlive the grader would hold a pipe open forever.
     log = tmp_path / "grade.log"
     with open(log, "w") as sink:
@@ -152,7 +152,7 @@ def test_a_grader_stopped_alone_takes_its_workers_with_it(tiny_course, tmp_path,
         assert not [line for line in f if any(f"-{w}-" in line for w in workers)]
     proc = _grade_cli(course)
     out = proc.communicate(timeout=600)[0]
-    assert proc.returncode == 0 and len(_results(course)) == 4, out
+    assert proc.returncode == 0 and len(_results(course)) == 8, out
 
 
 def test_a_worker_that_dies_costs_no_student_anything(tiny_course, tmp_path):
@@ -161,7 +161,7 @@ def test_a_worker_that_dies_costs_no_student_anything(tiny_course, tmp_path):
     (no zero, no 'grading error'), the grader says so and exits with an error, and the next
     run grades them."""
     course = tiny_course
-    students = _class_of(course, 4)
+    students = _class_of(course, 8)
     log = tmp_path / "grade.log"
     with open(log, "w") as sink:
         proc = subprocess.Popen(
@@ -182,13 +182,13 @@ def test_a_worker_that_dies_costs_no_student_anything(tiny_course, tmp_path):
     out = log.read_text()
     assert "were not graded because a grading worker stopped" in out, out
     done = {p.name for p in _results(course)}
-    assert len(done) < 4
+    assert len(done) < 8
     for path in _results(course):
         assert "grading error" not in path.read_text(), path.name
     proc = _grade_cli(course)
     out = proc.communicate(timeout=600)[0]
     assert proc.returncode == 0, out
-    assert f"Graded {4 - len(done)}, already graded {len(done)}" in out
+    assert f"Graded {8 - len(done)}, already graded {len(done)}" in out
     assert {p.name for p in _results(course)} == {f"{s}.json" for s in students}
 
 
