@@ -832,7 +832,7 @@ with torch.no_grad():
     assert out.shape == (2, 6, 8)
     assert torch.allclose(out, manual, atol=1e-6), (
         "e = LayerNorm(word_embeddings[ids] + position_embeddings[0..T-1] + "
-        "token_type_embeddings[types])")
+        "token_type_embeddings[types]); the first token is position 0")
     assert torch.allclose(emb(ids), emb(ids, torch.zeros_like(ids)), atol=1e-6), (
         "token_type_ids=None means segment 0 everywhere")
 try:

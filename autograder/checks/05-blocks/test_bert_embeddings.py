@@ -19,6 +19,7 @@ pytestmark = pytest.mark.grade_cell("test_bert_embeddings")
 
 SINUS = "BERT with fixed sinusoidal positions instead of a learned table"
 SEGMENTS = "Segment (token type) embeddings not added"
+OFF_BY_ONE = "Position ids counted from 1 (off by one)"
 V, D, MAX_LEN = 40, 8, 12
 INIT = {"vocab_size": V, "d_model": D, "max_seq_len": MAX_LEN}
 TOL = dict(atol=2e-5, rtol=1e-4)
@@ -44,6 +45,34 @@ def _state(module):
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
+def _shifted_positions(module, ids, types):
+    """What the module would give with position ids 1..T (the off-by-one), or None when
+    those ids run past the table."""
+    T = ids.size(1)
+    if T + 1 > module.position_embeddings.num_embeddings:
+        return None
+    with torch.no_grad():
+        return module.LayerNorm(module.word_embeddings(ids)
+                                + module.position_embeddings.weight[1:T + 1]
+                                + module.token_type_embeddings(types))
+
+
+def _module_or_hint(submission, ids, *args, **kwargs):
+    """``submission.module("BertEmbeddings", ids, ...)``, turning an index error on an input
+    of exactly max_seq_len tokens into the hint it almost always means."""
+    try:
+        return submission.module("BertEmbeddings", ids, *args, **kwargs)
+    except ForbiddenShortcut:
+        raise
+    except SubmissionError as exc:
+        if "index out of range" in str(exc) and ids.size(1) == MAX_LEN:
+            raise CheckFailure(
+                f"an input of exactly max_seq_len={MAX_LEN} tokens failed with an index error "
+                f"({exc}). The position ids must be 0, 1, ..., T-1: ids that start at 1 "
+                "reach one row past the end of the table") from None
+        raise
+
+
 def _ids(seed, b=3, t=MAX_LEN):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, V, (b, t), generator=g), torch.randint(0, 2, (b, t), generator=g)
@@ -55,7 +84,7 @@ def test_matches_reference(submission):
     """With loaded weights: LN(word[ids] + position[0..T-1] + segment[types])."""
     ref = _reference(1)
     ids, types = _ids(2)
-    got = submission.module("BertEmbeddings", ids, types, init=INIT, state=_state(ref))
+    got = _module_or_hint(submission, ids, types, init=INIT, state=_state(ref))
     expect_tensor(got, shape=(3, MAX_LEN, D), name="BertEmbeddings(ids, types)")
     with torch.no_grad():
         expected = ref(ids, types)
@@ -105,6 +134,7 @@ def test_default_segment_is_a(submission):
                      hint="token_type_ids=None: use torch.zeros_like(input_ids)")
 
 
+@pytest.mark.pitfall(OFF_BY_ONE)
 def test_positions_matter(submission):
     """The same token at two positions gets two different vectors (shorter inputs too)."""
     ref = _reference(5)
@@ -115,6 +145,10 @@ def test_positions_matter(submission):
     if torch.allclose(got[0, 0], got[0, 1], atol=1e-6):
         raise CheckFailure("five copies of one token gave identical vectors: add "
                            "position_embeddings(arange(T)) to the word embeddings")
+    shifted = _shifted_positions(ref, ids, torch.zeros_like(ids))
+    if shifted is not None and torch.allclose(got, shifted, **TOL):
+        raise CheckFailure("token t got row t + 1 of the position table: the position ids "
+                           "start at 1. The first token is position 0 (torch.arange(T))")
     with torch.no_grad():
         assert_close(got, ref(ids, torch.zeros_like(ids)), **TOL, name="BertEmbeddings(ids)")
 
