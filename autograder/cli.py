@@ -136,6 +136,14 @@ def cmd_export(args) -> int:
     return export.main(_course(args), args)
 
 
+def cmd_roster(args) -> int:
+    from .roster import import_roster
+
+    added, updated = import_roster(_course(args), args.file)
+    print(f"Roster {args.file}: {added} student(s) added, {updated} updated in the gradebook")
+    return 0
+
+
 def cmd_feedback(args) -> int:
     course = _course(args)
     course.require()
@@ -179,8 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Release, grade and report the course's assignments: every submission runs "
         "in a sandboxed kernel and is scored by hidden checks in this process; nbgrader keeps "
         "the gradebook.",
-        epilog="A grading day: autograder collect NAME; autograder grade NAME --workers N; "
-        "autograder report NAME; autograder feedback NAME. "
+        epilog="A grading day: autograder roster class.csv (once a term); autograder collect "
+        "NAME; autograder grade NAME --workers N; autograder report NAME; autograder feedback "
+        "NAME. "
         "'autograder COMMAND --help' explains each command.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -218,6 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unlock", action="append", metavar="NAME",
                    help="with --student-toolkit: include this assignment's solutions "
                         "(after its deadline; repeatable)")
+    p = add("roster", cmd_roster, "students' names, emails and LMS ids from a CSV into the "
+            "gradebook (formgrader and export show them)")
+    p.add_argument("file", type=Path, help="CSV with a header row: id (the nbgrader student "
+                   "id) and any of first_name, last_name, email, lms_user_id")
     p = add("collect", cmd_collect, "copy what students submitted via the exchange to submitted/")
     p.add_argument("name", help="the assignment to collect")
     p = add("grade", cmd_grade, "grade submissions (sandboxed kernels, hidden checks)")

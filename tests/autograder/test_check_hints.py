@@ -81,8 +81,9 @@ def test_positions_counted_from_one_get_their_own_hint(blocks, tmp_path):
     checks = _checks(blocks, "test_bert_embeddings")
     student = _submission(blocks, tmp_path, "positions-from-one")
     # Shorter than the table: the answer is token t reading row t + 1.
-    with pytest.raises(CheckFailure, match="start at 1. The first token is position 0"):
-        checks.test_positions_matter(student)
+    for check in (checks.test_positions_matter, checks.test_default_segment_is_a):
+        with pytest.raises(CheckFailure, match="start at 1. The first token is position 0"):
+            check(student)  # not the segment hint the second check gives otherwise
     # As long as the table: the last id runs past its end, an IndexError in torch.
     with pytest.raises(CheckFailure, match=r"index error .* must be 0, 1, \.\.\., T-1"):
         checks.test_matches_reference(student)
@@ -92,6 +93,7 @@ def test_the_hints_stay_quiet_for_right_and_for_other_wrong_answers(blocks, tmp_
     checks = _checks(blocks, "test_bert_embeddings")
     right = _submission(blocks, tmp_path / "right", None)
     checks.test_positions_matter(right)
+    checks.test_default_segment_is_a(right)
     checks.test_matches_reference(right)
     no_segments = _submission(blocks, tmp_path / "segments", "segments-ignored")
     with pytest.raises(CheckFailure) as failure:

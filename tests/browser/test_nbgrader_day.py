@@ -5,11 +5,11 @@ workspace's ``nbgrader_config.py``) with the made example assignment ``00-tiny``
 released to the workspace's exchange. In headless Chromium:
 
 1. the student opens Nbgrader > Assignment List, fetches 00-tiny, solves it and submits;
-2. the instructor runs ``autograder collect`` and ``autograder grade`` (sandbox, hidden
-   checks);
-3. formgrader opens with no error, lists the submission with its score, and its
-   Autograde button runs our grader again (the results file is rewritten) without
-   changing the score behind our back.
+2. the instructor runs ``autograder roster``, ``autograder collect`` and ``autograder
+   grade`` (sandbox, hidden checks);
+3. formgrader opens with no error, lists the submission with the student's name and
+   score, and its Autograde button runs our grader again (the results file is
+   rewritten) without changing the score behind our back.
 """
 
 from __future__ import annotations
@@ -89,7 +89,10 @@ def test_fetch_submit_collect_grade_and_formgrader(chromium, lab_server, workspa
             timeout=60_000)
         page.screenshot(path=str(tmp_path / "assignment-list.png"))
 
-        # The instructor: collect and grade with our CLI.
+        # The instructor: the class list, then collect and grade with our CLI.
+        roster = tmp_path / "class.csv"
+        roster.write_text(f"id,first_name,last_name\n{student},Ada,Lovelace\n")
+        _cli("roster", str(roster), "--course", str(course.root))
         assert student in _cli("collect", NAME, "--course", str(course.root))
         _cli("grade", NAME, "--course", str(course.root), "--workers", "1", "--quiet")
         result = course.results_dir(NAME) / f"{student}.json"
@@ -104,6 +107,7 @@ def test_fetch_submit_collect_grade_and_formgrader(chromium, lab_server, workspa
                   f"?token={lab_server.token}", wait_until="domcontentloaded", timeout=60_000)
         row = page.locator("#main-table tr", has_text=student)
         row.locator(".status", has_text=GRADED).wait_for(timeout=60_000)
+        assert "Lovelace, Ada" in row.inner_text(), "formgrader does not show the roster's name"
         score = row.locator(".score").inner_text()
         assert score.startswith("2"), f"formgrader shows {score!r}, the grader gave 2 of 2"
         page.screenshot(path=str(tmp_path / "formgrader-before.png"))

@@ -45,16 +45,19 @@ def _state(module):
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
-def _shifted_positions(module, ids, types):
-    """What the module would give with position ids 1..T (the off-by-one), or None when
-    those ids run past the table."""
+def _refuse_positions_from_one(got, module, ids, types):
+    """Fail with the off-by-one's own hint when ``got`` is what ``module`` gives with
+    position ids 1..T (checked only where those ids fit in the table)."""
     T = ids.size(1)
     if T + 1 > module.position_embeddings.num_embeddings:
-        return None
+        return
     with torch.no_grad():
-        return module.LayerNorm(module.word_embeddings(ids)
-                                + module.position_embeddings.weight[1:T + 1]
-                                + module.token_type_embeddings(types))
+        shifted = module.LayerNorm(module.word_embeddings(ids)
+                                   + module.position_embeddings.weight[1:T + 1]
+                                   + module.token_type_embeddings(types))
+    if torch.allclose(got, shifted, **TOL):
+        raise CheckFailure("token t got row t + 1 of the position table: the position ids "
+                           "start at 1. The first token is position 0 (torch.arange(T))")
 
 
 def _module_or_hint(submission, ids, *args, **kwargs):
@@ -129,6 +132,8 @@ def test_default_segment_is_a(submission):
     ref = _reference(3)
     ids, _ = _ids(4, b=2, t=7)
     got = submission.module("BertEmbeddings", ids, init=INIT, state=_state(ref))
+    expect_tensor(got, shape=(2, 7, D), name="BertEmbeddings(ids)")
+    _refuse_positions_from_one(got, ref, ids, torch.zeros_like(ids))
     with torch.no_grad():
         assert_close(got, ref(ids, torch.zeros_like(ids)), **TOL, name="BertEmbeddings(ids)",
                      hint="token_type_ids=None: use torch.zeros_like(input_ids)")
@@ -145,10 +150,7 @@ def test_positions_matter(submission):
     if torch.allclose(got[0, 0], got[0, 1], atol=1e-6):
         raise CheckFailure("five copies of one token gave identical vectors: add "
                            "position_embeddings(arange(T)) to the word embeddings")
-    shifted = _shifted_positions(ref, ids, torch.zeros_like(ids))
-    if shifted is not None and torch.allclose(got, shifted, **TOL):
-        raise CheckFailure("token t got row t + 1 of the position table: the position ids "
-                           "start at 1. The first token is position 0 (torch.arange(T))")
+    _refuse_positions_from_one(got, ref, ids, torch.zeros_like(ids))
     with torch.no_grad():
         assert_close(got, ref(ids, torch.zeros_like(ids)), **TOL, name="BertEmbeddings(ids)")
 
