@@ -19,8 +19,10 @@ two cases briefly:
   models) raises :class:`NotReadyError`; its message is shown as it is, in one line.
 
 The cell still fails (Run All goes on past it where the notebook allows, and the grader
-sees the same error); only the message is shorter. Every other error keeps IPython's full
-traceback.
+sees the same error); only the message is shorter. Every other error keeps IPython's
+traceback, less the frames of PyTorch's module-call machinery (``Module._wrapped_call_impl``
+and ``Module._call_impl``, between ``model(x)`` and ``forward``): a mistake is never there,
+and a model of a few layers would otherwise show two screens of them.
 
 Two kinds of stub say "not written yet", and :func:`unwritten_exercise` reads both (the
 widgets use it too): a notebook's ``"`attention_weights` is not written yet (Exercise 1a:
@@ -32,6 +34,7 @@ leaves out until that assignment's solutions are unlocked.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from typing import NamedTuple
 
@@ -108,6 +111,30 @@ def _assigned(statements: list[ast.stmt]) -> set[str]:
     return names
 
 
+#: The frames between ``module(x)`` and ``module.forward(x)``: (file ending, function).
+_CALL_MACHINERY = {(os.path.join("torch", "nn", "modules", "module.py"), name)
+                   for name in ("_wrapped_call_impl", "_call_impl")}
+
+
+def _is_call_machinery(tb) -> bool:
+    code = tb.tb_frame.f_code
+    return any(code.co_filename.endswith(path) and code.co_name == name
+               for path, name in _CALL_MACHINERY)
+
+
+def _without_call_machinery(tb):
+    """The traceback ``tb`` with PyTorch's module-call frames unlinked (the frame that
+    raised is always kept, wherever it is)."""
+    kept = []
+    while tb is not None:
+        if tb.tb_next is None or not _is_call_machinery(tb):
+            kept.append(tb)
+        tb = tb.tb_next
+    for frame, after in zip(kept, kept[1:]):
+        frame.tb_next = after
+    return kept[0] if kept else None
+
+
 class _Reporter:
     """Remembers which names failed cells would have made, and words the two messages."""
 
@@ -138,10 +165,10 @@ class _Reporter:
             return self._say(etype, value, (
                 f"{MARK} `{value.name}` does not exist yet: the cell that makes it stopped "
                 f"because {reason}."))
-        # Anything else: IPython's usual traceback.
-        stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
-        shell._showtraceback(etype, value, stb)
-        return stb
+        # Anything else: IPython's usual traceback (%debug and %pdb work as always),
+        # without torch's call machinery.
+        shell.showtraceback((etype, value, _without_call_machinery(tb)), tb_offset=tb_offset)
+        return None
 
     def _say(self, etype, value, message: str) -> list[str]:
         # IPython leaves the showing to a custom handler; ipykernel's _showtraceback sends
@@ -162,5 +189,5 @@ def friendly_errors(shell=None) -> bool:
         except NameError:
             return False
     reporter = _Reporter(shell)
-    shell.set_custom_exc((NotImplementedError, NotReadyError, NameError), reporter)
+    shell.set_custom_exc((Exception,), reporter)
     return True

@@ -1,5 +1,6 @@
 """toolkit.notebook.friendly_errors in a real kernel: one line for an unwritten exercise
-and for what it leaves undefined; every other error keeps its full traceback."""
+and for what it leaves undefined; every other error keeps its traceback, less torch's
+module-call frames."""
 
 from types import SimpleNamespace
 
@@ -25,6 +26,20 @@ CELLS = [
     "reloaded = 1",
     "print(reloaded.config)",
     f"def causal_mask(n):\n    raise NotImplementedError({LEFT_OUT!r})\nmask = causal_mask(3)",
+    # A mistake two modules deep: the traceback goes from the call to the line, with none
+    # of torch's Module.__call__ frames between them.
+    "import torch\nfrom torch import nn\n"
+    "class Norm(nn.Module):\n"
+    "    def forward(self, x):\n"
+    "        return x - x.mean(0)[:3]\n"
+    "class Block(nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.norm = Norm()\n"
+    "    def forward(self, x):\n"
+    "        return self.norm(x)\n"
+    "Block()(torch.zeros(2, 5, 8))",
+    "import sys\nprint(type(sys.last_value).__name__)  # %debug still finds the error",
 ]
 
 
@@ -51,7 +66,7 @@ def test_messages_in_a_kernel():
     errors = [next((o for o in c.outputs if o["output_type"] == "error"), None)
               for c in nb.cells]
     assert errors[0] is None and errors[1] is None
-    needs, missing, other, not_ready, after, left_out = errors[2:8]
+    needs, missing, other, not_ready, after, left_out, deep = errors[2:9]
     assert needs["ename"] == "NotImplementedError" and needs["traceback"] == [
         "‖ This cell needs `GPT.__init__`, which is not written yet (Exercise 3: GPT). "
         "Write it, run its cell, then run this cell again."]
@@ -69,3 +84,8 @@ def test_messages_in_a_kernel():
         "‖ This cell needs `causal_mask`, which is not written yet (assignment 01-attention). "
         "The toolkit you installed leaves it out until that assignment's solutions are "
         "unlocked: use your own."]
+    assert deep["ename"] == "RuntimeError"
+    shown = "\n".join(deep["traceback"])
+    assert "Block.forward" in shown and "Norm.forward" in shown, shown
+    assert "_call_impl" not in shown and "module.py" not in shown, shown
+    assert nb.cells[9].outputs[0]["text"] == "RuntimeError\n"
