@@ -22,7 +22,7 @@ The cell still fails (Run All goes on past it where the notebook allows, and the
 sees the same error); only the message is shorter. Every other error keeps IPython's
 traceback, less the frames of PyTorch's module-call machinery (``Module._wrapped_call_impl``
 and ``Module._call_impl``, between ``model(x)`` and ``forward``): a mistake is never there,
-and a model of a few layers would otherwise show two screens of them.
+and every module between the call and the mistake would otherwise add two long frames.
 
 Two kinds of stub say "not written yet", and :func:`unwritten_exercise` reads both (the
 widgets use it too): a notebook's ``"`attention_weights` is not written yet (Exercise 1a:
