@@ -111,15 +111,14 @@ def _assigned(statements: list[ast.stmt]) -> set[str]:
     return names
 
 
-#: The frames between ``module(x)`` and ``module.forward(x)``: (file ending, function).
-_CALL_MACHINERY = {(os.path.join("torch", "nn", "modules", "module.py"), name)
-                   for name in ("_wrapped_call_impl", "_call_impl")}
+#: The frames between ``module(x)`` and ``module.forward(x)``: these functions of this file.
+_CALL_MACHINERY_FILE = os.path.join("torch", "nn", "modules", "module.py")
+_CALL_MACHINERY = ("_wrapped_call_impl", "_call_impl")
 
 
 def _is_call_machinery(tb) -> bool:
     code = tb.tb_frame.f_code
-    return any(code.co_filename.endswith(path) and code.co_name == name
-               for path, name in _CALL_MACHINERY)
+    return code.co_name in _CALL_MACHINERY and code.co_filename.endswith(_CALL_MACHINERY_FILE)
 
 
 def _without_call_machinery(tb):

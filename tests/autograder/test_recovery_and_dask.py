@@ -32,11 +32,24 @@ def _results(course):
     return sorted(course.results_dir("00-tiny").glob("*.json"))
 
 
-def _grade_cli(course, *extra):
+def _grade_cli(course, *extra, output=subprocess.PIPE):
     return subprocess.Popen(
         [str(BIN / "autograder"), "grade", "00-tiny", "--course", str(course.root), "--workers",
          "2", "--quiet", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        stdout=output, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _grading_on_both_workers(course, log):
+    """``autograder grade --force`` writing to the file ``log`` (workers that outlive the
+    grader would hold a pipe open forever), once a result is in and both workers run."""
+    with open(log, "w") as sink:
+        proc = _grade_cli(course, "--force", output=sink)
+    start = time.monotonic()
+    while len(_results(course)) < 1 or len(_children(proc.pid)) < 2:
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() - start < 300, "grading made no progress"
+        time.sleep(0.2)
+    return proc
 
 
 def _stop_after_results(proc, course, count, sig, deadline=300):
@@ -120,18 +133,8 @@ def test_a_grader_stopped_alone_takes_its_workers_with_it(tiny_course, tmp_path,
     the next run must finish the class."""
     course = tiny_course
     _class_of(course, 8)
-    # Output to a file: workers that outlive the grader would hold a pipe open forever.
     log = tmp_path / "grade.log"
-    with open(log, "w") as sink:
-        proc = subprocess.Popen(
-            [str(BIN / "autograder"), "grade", "00-tiny", "--course", str(course.root),
-             "--workers", "2", "--quiet", "--force"],
-            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-    start = time.monotonic()
-    while len(_results(course)) < 1 or len(_children(proc.pid)) < 2:
-        assert proc.poll() is None, log.read_text()
-        assert time.monotonic() - start < 300, "grading made no progress"
-        time.sleep(0.2)
+    proc = _grading_on_both_workers(course, log)
     workers = _children(proc.pid)
     helpers = set().union(*(_children(w) for w in workers))  # sandboxes, the mistake oracle
     os.kill(proc.pid, sig)  # the grader alone, not its process group
@@ -162,19 +165,10 @@ def test_a_worker_that_dies_costs_no_student_anything(tiny_course, tmp_path):
     run grades them."""
     course = tiny_course
     students = _class_of(course, 8)
-    log = tmp_path / "grade.log"
-    with open(log, "w") as sink:
-        proc = subprocess.Popen(
-            [str(BIN / "autograder"), "grade", "00-tiny", "--course", str(course.root),
-             "--workers", "2", "--quiet", "--force"],
-            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-    for path in _results(course):
+    for path in _results(course):  # so the first result waited for is this run's
         path.unlink()
-    start = time.monotonic()
-    while len(_results(course)) < 1 or len(_children(proc.pid)) < 2:
-        assert proc.poll() is None, log.read_text()
-        assert time.monotonic() - start < 300, "grading made no progress"
-        time.sleep(0.2)
+    log = tmp_path / "grade.log"
+    proc = _grading_on_both_workers(course, log)
     workers = [pid for pid in _children(proc.pid)  # the pool's, not the resource tracker
                if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
     os.kill(min(workers), signal.SIGKILL)  # one worker, not the grader
