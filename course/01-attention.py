@@ -198,7 +198,7 @@ print("what nn.MultiheadAttention wants instead:", (~keep[0, 0, 0]).tolist())
 # every Transformer adds position information (Lecture 02).
 #
 # **Try it.** Swap the first two tokens. How far is $f(PX)$ from $P f(X)$ without
-# positions, and with learned-style position vectors added to the input? Predict, then run.
+# positions, and with sinusoidal position vectors added to the input? Predict, then run.
 
 # %%
 swap = [1, 0, 2, 3, 4, 5]

@@ -122,9 +122,9 @@ except ValueError as error:
 #
 # Rotary position embedding (RoFormer, arXiv 2104.09864) adds nothing to the embedding.
 # Inside every attention layer it splits each query and key into pairs of features and
-# rotates pair $i$ by the angle $p\,\theta_i$, with $\theta_i = \text{base}^{-2i/d}$. A
-# rotation by $m\theta$ followed by the inverse of one by $n\theta$ is a rotation by
-# $(n - m)\theta$, so
+# rotates pair $i$ by the angle $p\,\theta_i$, with $\theta_i = \text{base}^{-2i/d}$.
+# Undoing a rotation by $m\theta$ and then rotating by $n\theta$ is a rotation by
+# $(n - m)\theta$ ($R_m^\top R_n = R_{n-m}$), so
 #
 # $$\langle R_m q, R_n k\rangle = q^\top R_{n-m}\, k :$$
 #

@@ -189,7 +189,8 @@ print("linear form == quadratic form:",
 # ## 3. The KV cache, and sharing it
 #
 # When a decoder generates, each new token attends to the keys and values of all previous
-# tokens. Recomputing them every step would cost $O(T^2)$ per token, so they are stored:
+# tokens. Recomputing them would cost $O(T)$ projections for every new token, $O(T^2)$ over
+# the sequence, so they are stored:
 #
 # $$\text{KV bytes} = 2 \times n_\text{layers} \times n_\text{kv heads} \times d_\text{head}
 # \times \text{tokens} \times \text{batch} \times \text{bytes per number}.$$
@@ -250,8 +251,9 @@ for key, value in reduction.items():
 print("MLA, per token and layer, 16-bit:", mla_cache_bytes(1, 512, 64, 1), "bytes")
 
 # %% [markdown]
-# The 93.3% compares DeepSeek-V2's cache (stored in 6 bits) with DeepSeek 67B's (a
-# different, dense model, in 16 bits): a real saving, but not a like-for-like one. Against
+# The 93.3% comes out to the digit if DeepSeek-V2's cache is counted at 6 bits (the paper
+# quantises its KV cache for serving) and DeepSeek 67B's (a different, dense model) at 16
+# bits: a real saving, but not a like-for-like one. Against
 # the same model with plain multi-head attention it is 98%. Always ask what a percentage is
 # relative to.
 #
@@ -363,7 +365,8 @@ plot_mask_gallery(n=16, window=3)
 #   tokens two hops apart.
 # * Linear attention reorders the sums: $O(T)$ cost, an RNN when causal.
 # * The KV cache costs $2\,L\,n_\text{kv}\,d_\text{head}$ numbers per token; GQA and MQA
-#   share KV heads (query head $h$ reads head $h \,/\!/\, g$), MLA caches a latent.
+#   share KV heads (query head $h$ reads head $h \,/\!/\, g$ with $g = H / H_\text{kv}$),
+#   MLA caches a latent.
 # * Differential attention subtracts a second softmax map to cancel the weight that both
 #   maps spread over irrelevant tokens.
 #

@@ -16,7 +16,8 @@
 # Lecture 03 made attention cheaper by computing *fewer* scores. FlashAttention (Dao et
 # al., arXiv 2205.14135) computes *all* of them, exactly, and is still several times faster
 # than the textbook version, because it never writes the $T \times T$ score matrix to the
-# GPU's main memory. This lecture, before Assignment 04, builds the idea in four steps:
+# GPU's main memory. This lecture, before Assignment 04, builds the idea in four steps and
+# a reading:
 #
 # 1. why memory traffic, not arithmetic, is the bottleneck;
 # 2. the online softmax: a softmax computed in one pass over tiles;
@@ -103,8 +104,9 @@ attention_memory_explorer()
 #
 # $$\ell' = \ell\, e^{m - m'} + \sum_{j \in \text{tile}} e^{s_j - m'} .$$
 #
-# FlashAttention does the same to the output accumulator $\sum_j e^{s_j - m} v_j$, and
-# divides by $\ell$ once at the end. Step through one query row, tile by tile:
+# FlashAttention does the same to the output accumulator $\sum_j e^{s_j - m} v_j$; in the
+# FlashAttention-2 form used here it divides by $\ell$ once, at the end. Step through one
+# query row, tile by tile:
 
 # %%
 online_softmax_stepper()
@@ -130,8 +132,8 @@ plot_online_softmax(scores, values, block=4)
 #
 # ## 3. Tiled attention, forward and backward
 #
-# FlashAttention's forward loops over tiles of queries (outer) and of keys and values
-# (inner). Each inner step computes one `block_q x block_k` tile of scores in fast memory,
+# The forward we use (FlashAttention-2's loop order) loops over tiles of queries (outer)
+# and of keys and values (inner). Each inner step computes one `block_q x block_k` tile of scores in fast memory,
 # updates $m$, $\ell$ and the accumulator, and throws the tile away. The largest tensor is a
 # tile: extra memory $O(T)$, not $O(T^2)$, and the result is *exact*, not an approximation.
 #
@@ -213,11 +215,14 @@ plot_attention_memory(d=64, heads=4)
 # %% [markdown]
 # ## 5. Reading: FlashAttention-2 and -3
 #
-# **FlashAttention-2** (arXiv 2307.08691) keeps the algorithm and reorganises the work:
-# the outer loop over query tiles runs in parallel across the GPU (also along the sequence,
-# not only over batch and heads), the non-matmul work (rescaling) is cut down because
-# matrix units are much faster than the rest, and the division by $\ell$ moves to the very
-# end. Same result, about twice as fast. That is the version Assignment 04 follows.
+# **FlashAttention-2** (arXiv 2307.08691) keeps the maths and reorganises the work. It
+# swaps the loops: FlashAttention-1 kept the key/value tiles outside and rescaled each
+# query tile's output in main memory at every step, while FlashAttention-2 keeps one query
+# tile's accumulator in fast memory for the whole inner loop and divides by $\ell$ once at
+# the very end. Its outer loop over query tiles runs in parallel across the GPU (also along
+# the sequence, not only over batch and heads), and the non-matmul work (rescaling) is cut
+# down because matrix units are much faster than the rest. Same result, about twice as
+# fast. That is the version this lecture and Assignment 04 follow.
 #
 # **FlashAttention-3** (Shah et al., arXiv 2407.08608) targets NVIDIA's Hopper GPUs
 # (H100), where FlashAttention-2 used only about a third of the peak throughput. It

@@ -82,7 +82,8 @@ torch.set_default_dtype(torch.float64)  # exact comparisons below
 # **compute per token** come apart. Three design points to remember:
 #
 # * **Which gate.** Switch and GShard take a softmax over all experts and keep the top-$k$
-#   probabilities; Mixtral takes the top-$k$ logits and a softmax over those. Name the
+#   probabilities (GShard then divides its two by their sum); Mixtral takes the top-$k$
+#   logits and a softmax over those. Name the
 #   convention whenever you compare numbers.
 # * **Balance.** Without an auxiliary loss the router collapses onto a few experts;
 #   Switch's $\alpha N \sum_i f_i P_i$ is the standard cure. A loss-free alternative
@@ -222,8 +223,8 @@ print(f"Mamba's B_bar = delta B differs from the ZOH's by at most "
 # ## 3. Mamba-2: a selective SSM is masked attention
 #
 # Mamba-2 (Dao and Gu, arXiv 2405.21060, "state space duality") restricts Mamba's $A$ to a
-# **scalar** per channel (the same decay for every state dimension). Then one channel's
-# scan unrolls to
+# **scalar** per head (the same decay for every channel of the head and every state
+# dimension; here each head has one channel). Then one channel's scan unrolls to
 #
 # $$ y_t = \sum_{s \le t} \underbrace{C_t \cdot B_s}_{\text{"query" . "key"}}
 #          \; \underbrace{\prod_{r = s+1}^{t} a_r}_{\text{decay mask } L_{ts}}

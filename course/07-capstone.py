@@ -365,7 +365,9 @@ print(f"{n_params:,} parameters -> Chinchilla: {20 * n_params / 1e6:.1f}M tokens
 # LayerNorm's mean and bias for the same quality at less cost; SwiGLU's gate improved
 # quality at equal parameters in Shazeer's comparison; RoPE gives relative positions
 # without extra parameters; GQA cuts the KV cache with little loss. LLaMA (arXiv
-# 2302.13971) combined them, and most open models since follow it with small variations.
+# 2302.13971) combined pre-norm RMSNorm, SwiGLU and RoPE; LLaMA-2 (arXiv 2307.09288) added
+# GQA to its largest models, and most open models since follow this recipe with small
+# variations.
 # None of these was decisive alone; together, at equal parameters and steps, they are
 # reliably better (Assignment 07's optional section trains both recipes side by side).
 #

@@ -20,13 +20,13 @@
 # assignment you write that operation yourself, then grow it into the pieces real
 # models use.
 #
-# | part | you write | points |
+# | exercise (section) | you write | points |
 # |---|---|---|
-# | 1 | `attention_weights`, `scaled_dot_product_attention` | 3 |
-# | 2 | `causal_mask`, `padding_mask`, `combine_masks` | 2 |
-# | 3 | `split_heads`, `merge_heads`, `MultiHeadAttention` | 3 |
-# | 4 | `DecoderBlock` (causal self-attention + cross-attention) | 3 |
-# | 5 | a short written answer: which family for which task | 2 (read by a person) |
+# | 1 (§1) | `attention_weights`, `scaled_dot_product_attention` | 3 |
+# | 2 (§2) | `causal_mask`, `padding_mask`, `combine_masks` | 2 |
+# | 3 (§4) | `split_heads`, `merge_heads`, `MultiHeadAttention` | 3 |
+# | 4 (§5) | `DecoderBlock` (causal self-attention + cross-attention) | 3 |
+# | written (§6) | a short answer: which family for which task | 2 (read by a person) |
 #
 # **How this notebook is graded.** Fill in each cell marked `YOUR CODE HERE`. The test
 # cell below each exercise runs a few quick checks so you can see whether you are on the
@@ -58,8 +58,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-# Pieces that are not exercises here: the position-wise feed-forward network (section 4
-# of the course) and the input checks the blocks use. Everything else you write yourself.
+# Pieces that are not exercises here: the position-wise feed-forward network (Lecture 05
+# and Assignment 05) and the input checks the blocks use. Everything else you write yourself.
 from toolkit.arguments import check_block_args, check_bool_mask, check_sequence
 from toolkit.notebook import friendly_errors
 from toolkit.transformer import PositionwiseFeedForward
@@ -137,7 +137,7 @@ print("largest weight with scaling   :", torch.softmax(row / math.sqrt(d_k), -1)
 #
 # A mask can also be a **float** tensor that is simply *added* to the scores (0 where
 # allowed, $-\infty$ where blocked, or any bias such as ALiBi's distance penalty in
-# section 2 of the course). Your function should accept both kinds.
+# Lecture 02). Your function should accept both kinds.
 #
 # ### A row with nothing to see
 #
@@ -298,7 +298,7 @@ print("✓ attention_weights and scaled_dot_product_attention pass the visible c
 #
 # The explorer below draws the weight matrix of a six-token example (rows = queries,
 # columns = keys) with your `attention_weights`; the masks are the course's until you
-# write yours in part 2. Try the masks: blocked cells drop to exactly 0 while every row
+# write yours in Exercise 2. Try the masks: blocked cells drop to exactly 0 while every row
 # still sums to 1. The temperature divides the
 # scores once more: small values sharpen each row towards a single key, large values
 # flatten it towards uniform. Leaving out $1/\sqrt{d_k}$ acts like a temperature of
@@ -326,8 +326,8 @@ attention_explorer(fns={"attention_weights": attention_weights})
 #   query 3   1 1 1 1
 #   ```
 #
-#   During generation with a key/value cache (section 7 of the course) the cache already
-#   holds $P$ earlier tokens, so the new queries sit at absolute positions
+#   During generation with a key/value cache (Lecture 03; Assignment 07 builds one) the cache
+#   already holds $P$ earlier tokens, so the new queries sit at absolute positions
 #   $P, P+1, \dots$ and there are more keys than queries. Query $i$ then sees key $j$ iff
 #   $j \le i + P$; we call $P$ the `offset`, and the mask has shape `(n_queries, n_keys)`
 #   with `n_keys = P + n_queries` by default.
@@ -467,13 +467,13 @@ for b in range(2):
 # This property is called **permutation equivariance**. It means that self-attention on
 # its own sees a *set* of tokens, not a sequence: "dog bites man" and "man bites dog"
 # produce the same outputs, just listed in a different order. Every Transformer therefore
-# injects position information somewhere (section 2 of the course covers sinusoidal,
+# injects position information somewhere (Lecture 02 and Assignment 02 cover sinusoidal,
 # learned, RoPE, ALiBi and relative encodings). A causal mask breaks the symmetry too,
 # because the mask itself depends on position; that is why a decoder can still infer
 # some order without any position encoding.
 #
 # The cell below checks the equation numerically with your attention (after you have
-# solved part 1), and the widget shows it with your attention inside a two-head
+# solved Exercise 1), and the widget shows it with your attention inside a two-head
 # self-attention (fixed random projections), with and without sinusoidal positions added
 # to the input.
 
@@ -644,7 +644,7 @@ print("✓ split_heads, merge_heads and MultiHeadAttention pass the visible chec
 # For a sequence of length $T$ each head computes a $T \times T$ score matrix: $O(T^2 d)$
 # time for the two matrix products and $O(T^2)$ memory for the scores. Doubling the
 # context quadruples both. The cell below does the arithmetic for one layer at
-# $T = 4096$ in 16-bit floats; section 3 of the course shows how FlashAttention avoids
+# $T = 4096$ in 16-bit floats; Lecture 04 shows how FlashAttention avoids
 # ever storing this matrix.
 
 # %% tags=["skip-grading"]
@@ -696,8 +696,8 @@ families_explorer(fns={"causal_mask": causal_mask, "padding_mask": padding_mask}
 # encoder output `memory`, and a position-wise feed-forward network (given to you as
 # `PositionwiseFeedForward`, a two-layer MLP applied to each position on its own).
 #
-# Where the normalisation sits is a design choice with two names (section 4 of the
-# course goes deeper; arXiv 2002.04745 compares them):
+# Where the normalisation sits is a design choice with two names (Lecture 05 and
+# Assignment 05 go deeper; arXiv 2002.04745 compares them):
 #
 # | Post-LN (`norm_first=False`; original paper, BART) | Pre-LN (`norm_first=True`; GPT-2, T5, LLaMA) |
 # |---|---|
@@ -932,4 +932,5 @@ print("✓ DecoderBlock passes the visible checks")
 #   decoder-only (causal), encoder-decoder (bidirectional encoder, causal decoder,
 #   cross-attention from decoder queries to encoder keys and values).
 #
-# Next: how Transformers learn about order (positional encodings, section 2).
+# Next: how Transformers learn about order (positional encodings, Lecture 02 and
+# Assignment 02).

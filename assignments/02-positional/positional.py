@@ -143,9 +143,9 @@ print("the blog code's w_i for i = 0..4:", [f"{w:.3g}" for w in w_blog[:5].tolis
 
 # %% [markdown]
 # Find the mistake, then write the corrected function: `sinusoid_frequencies` returns
-# the speeds $w_i = \text{base}^{-2i/d}$. (The leading underscore marks it as a helper:
-# `sinusoidal_encoding` below uses it.) In a comment inside your cell, say in one
-# sentence what was wrong with the blog code and what it does to the slowest wavelength.
+# the speeds $w_i = \text{base}^{-2i/d}$ (`sinusoidal_encoding` below uses it). In a
+# comment inside your cell, say in one sentence what was wrong with the blog code and what
+# it does to the slowest wavelength.
 
 # %% nbgrader={"grade": false, "grade_id": "sinusoid_frequencies", "locked": false, "schema_version": 3, "solution": true}
 def sinusoid_frequencies(d_model: int, base: float) -> Tensor:
@@ -174,7 +174,7 @@ assert torch.allclose(w, torch.tensor([1.0, 0.1], dtype=torch.float64)), (
 w = sinusoid_frequencies(512, 10000.0)
 slowest = 2 * math.pi / w[-1].item()
 assert abs(slowest / (2 * math.pi * 10000 ** (510 / 512)) - 1) < 1e-9, (
-    f"the slowest wavelength should be 2 pi base^((d-2)/d), about 62,000 tokens; got {slowest:.4g}")
+    f"the slowest wavelength should be 2 pi base^((d-2)/d), about 60,600 tokens; got {slowest:.4g}")
 print("✓ sinusoid_frequencies passes the visible checks")
 
 # %% [markdown]
@@ -540,8 +540,8 @@ print("✓ RoPE (half layout) passes the visible checks")
 # Watch one pair turn, rotated by your `apply_rope`. The slider moves the position; fast
 # pairs (small $i$) spin around the circle, slow pairs barely move. The second widget shows
 # what a score looks like as a function of the distance between query and key, for each
-# scheme in this assignment (your sinusoidal table and RoPE; ALiBi and T5 are the course's
-# until section 4).
+# scheme in this assignment (your sinusoidal table and RoPE; ALiBi is the course's until
+# you write it in section 4 below, and T5's buckets are always the course's).
 
 # %% tags=["skip-grading"]
 rope_rotation_explorer(fns={"apply_rope": apply_rope, "rope_inv_freq": rope_inv_freq})
@@ -1144,5 +1144,5 @@ alibi_explorer(fns={"alibi_bias": alibi_bias, "alibi_slopes": alibi_slopes})
 # * ALiBi: $-m_h(i - j)$ on the scores, slopes $2^{-8h/n}$ for a power of two and the
 #   interleaving rule otherwise; queries align to the end of the keys with a cache.
 #
-# Next: making attention cheaper (section 3): sparse patterns, linear attention, GQA and
-# the KV cache, MLA.
+# Next: making attention cheaper (Lecture 03 and Assignment 03): sparse patterns, linear
+# attention, GQA and the KV cache, MLA.

@@ -413,7 +413,8 @@ with torch.no_grad():
     wrong_branch = ffn.down_proj(ffn.gate_proj(x) * F.silu(ffn.up_proj(x)))
 assert out.shape == (2, 3, 12), f"expected (2, 3, 12), got {tuple(out.shape)}"
 assert not torch.allclose(out, wrong_branch, atol=1e-6), (
-    "the activation is on the up_proj branch: the gate is act(gate_proj(x))")
+    "you applied the activation to up_proj; it belongs on the gate branch: "
+    "down_proj(act(gate_proj(x)) * up_proj(x))")
 assert torch.allclose(out, expected, atol=1e-6), (
     "SwiGLU(x) = down_proj(silu(gate_proj(x)) * up_proj(x))")
 assert (GLU(12, 20).activation, GEGLU(12, 20).activation) == ("sigmoid", "gelu"), (

@@ -1088,5 +1088,5 @@ decoding_cost_explorer()
 # * The gated attention unit: a GLU whose value branch is mixed by one squared-ReLU
 #   head built from a shared $Z$ with separate scales and offsets for $Q$ and $K$.
 #
-# The lecture notebook `course/06-beyond-attention.py` continues with Mamba-2's duality
+# Lecture 06 (`lectures/06-beyond-attention.ipynb`) continues with Mamba-2's duality
 # between SSMs and masked attention, RetNet, and hybrid models.

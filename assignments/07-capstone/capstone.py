@@ -1133,7 +1133,7 @@ for temperature in (0.3, 0.8, 1.2):
 # about the same number of parameters. Training both for the same steps on the same
 # batches is a fair, if small, comparison. At this scale a few hundred steps say little
 # about which recipe wins at scale; look at the curves and the text, and try other settings.
-# This section trains two more models (about twice the time of section 7).
+# This section trains two more models of 300 steps each (about as long as section 7).
 
 # %% tags=["skip-grading"]
 COMPARE_STEPS = 300

@@ -87,8 +87,8 @@ def test_swiglu_matches_reference(submission):
     with torch.no_grad():
         wrong = ref.down_proj(ref.gate_proj(x) * F.silu(ref.up_proj(x)))
     if torch.allclose(got, wrong, atol=1e-8):
-        raise CheckFailure("the activation sits on the up_proj branch: the *gate* is "
-                           "act(gate_proj(x)), multiplied by the plain up_proj(x)")
+        raise CheckFailure("you applied the activation to up_proj(x); it belongs on the gate "
+                           "branch: act(gate_proj(x)), multiplied by the plain up_proj(x)")
     with torch.no_grad():
         assert_close(got, ref(x), **TOL, name="SwiGLU(x)",
                      hint="down_proj(act(gate_proj(x)) * up_proj(x)), act = silu for SwiGLU")
