@@ -37,7 +37,8 @@ def assert_close(
     actual = expect_tensor(actual, shape=expected.shape, dtype=expected.dtype, name=name)
     if not torch.allclose(actual, expected, atol=atol, rtol=rtol):
         diff = (actual - expected).abs().max().item()
-        message = f"{name} differs from the expected values (largest difference {diff:.3g})"
+        message = (f"{name}: the values differ from the expected ones (largest difference "
+                   f"{diff:.3g})")
         raise CheckFailure(message + (f". Hint: {hint}" if hint else ""))
 
 

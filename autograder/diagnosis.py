@@ -17,8 +17,14 @@ calls a broken attention function), the feedback says where to look.
 
 Only mutants that ``break`` the check's grade cell are tried, only failing checks with at
 least one answered request are replayed, and answers the student did not give (an
-unimplemented stub, a forbidden shortcut) are never matched, so a diagnosis costs little
-and never guesses.
+unimplemented stub, a forbidden shortcut) are never matched, so a diagnosis costs little.
+It never guesses either: a mistake is ruled out when the student passed in full a cell it
+would break (an inverted mask in the attention function fails a decoder block as an
+inverted ``causal_mask`` would, but ``causal_mask`` passed its own checks), and when on
+one failing check it would have answered wrongly but not as the student did (fp16's
+2 bytes left out halves an answer as a missing K and V factor 2 does; the fp32 case tells
+them apart). Mistakes that are no named mutant get the line of
+:mod:`autograder.upstream` instead, when an earlier exercise they call fails too.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import re
 from typing import Any
 
 import torch
@@ -88,7 +95,10 @@ def mistake_location(spec: AssignmentSpec, mutant) -> tuple[str, str]:
 
 def explanation_of(mutant) -> str:
     text = getattr(mutant, "explanation", "") or ""
-    return text.strip().rstrip(".") or f"{mutant.pitfall[:1].lower()}{mutant.pitfall[1:]}"
+    pitfall = mutant.pitfall
+    if pitfall[1:2].islower():  # "Forgot ..." -> "forgot ...", but "KV cache ..." stays
+        pitfall = pitfall[:1].lower() + pitfall[1:]
+    return text.strip().rstrip(".") or pitfall
 
 
 # -- comparing answers ----------------------------------------------------------------------
@@ -118,8 +128,11 @@ def same_answer(student: Any, mistake: Any) -> bool:
 
 
 def _error_kind(text: str) -> str:
-    """``'ValueError'`` from ``'ValueError: d_model=5 ... (line 3: ...)'``."""
-    return str(text).split(":", 1)[0].strip()
+    """``'ValueError'`` from ``'ValueError: d_model=5 ... (line 3: ...)'`` (or from
+    ``'NotImplementedError (in `f`, line 3)'``, an error without a message)."""
+    text = str(text).strip()
+    kind = re.match(r"[A-Za-z_][\w.]*(?=:|\s\(|$)", text)
+    return kind.group(0) if kind else text.split(":", 1)[0].strip()
 
 
 def _replies_differ(first: tuple[dict, dict], second: tuple[dict, dict]) -> bool:
@@ -149,24 +162,37 @@ def fingerprint_matches(exchanges: list[Exchange], replies: list[tuple[dict, dic
     if reference is not None and not any(
             map(_replies_differ, replies, reference)):
         return False
-    values = 0
-    for exchange, (reply, tensors) in zip(exchanges, replies, strict=True):
-        outcome = exchange.outcome
-        if isinstance(outcome, SubmissionError):
-            if reply.get("ok") is True or _error_kind(reply.get("error", "")) != _error_kind(
-                    str(outcome)):
-                return False
-            continue
-        if reply.get("ok") is not True:
-            return False
-        try:
-            mistake = decode_reply(reply, tensors)
-        except SubmissionError:
-            return False
-        if not same_answer(outcome, mistake):
-            return False
-        values += 1
-    return values > 0
+    same = [_answered_alike(exchange, reply) for exchange, reply in
+            zip(exchanges, replies, strict=True)]
+    return all(same) and any(not isinstance(e.outcome, SubmissionError) for e in exchanges)
+
+
+def _answered_alike(exchange: Exchange, reply: tuple[dict, dict]) -> bool:
+    """Whether the mistake's reply to one request says what the student's did: the same
+    kind of error, or the same value."""
+    (reply, tensors), outcome = reply, exchange.outcome
+    if isinstance(outcome, SubmissionError):
+        return reply.get("ok") is not True and _error_kind(reply.get("error", "")) == (
+            _error_kind(str(outcome)))
+    if reply.get("ok") is not True:
+        return False
+    try:
+        return same_answer(outcome, decode_reply(reply, tensors))
+    except SubmissionError:
+        return False
+
+
+def contradicts(exchanges: list[Exchange], replies: list[tuple[dict, dict]],
+                reference: list[tuple[dict, dict]]) -> bool:
+    """True when the mistake answers these requests wrongly (unlike the solution) and
+    unlike the student: evidence that the student made some other mistake."""
+    return any(map(_replies_differ, replies, reference)) and not all(
+        map(_answered_alike, exchanges, replies))
+
+
+def _passed_in_full(checks: list[CheckRecord], grade_cell: str) -> bool:
+    mine = [c for c in checks if c.grade_cell == grade_cell]
+    return bool(mine) and all(c.passed for c in mine)
 
 
 def usable(exchanges: list[Exchange]) -> bool:
@@ -219,7 +245,9 @@ def diagnose(
     explained: dict[str, dict[str, list[str]]] = {}  # grade cell -> mutant -> check ids
     for mutant in mutants:
         mine = [c for c in failing if c.grade_cell in mutant.breaks]
-        if not mine:
+        # The mistake loses points on every cell it breaks (autograder validate proves
+        # it); a student who passed one of them in full has not made it.
+        if not mine or any(_passed_in_full(checks, cell) for cell in mutant.breaks):
             continue
         requests = [(e.request, e.tensors) for c in mine for e in transcripts[check_key(c)]]
         try:
@@ -228,14 +256,22 @@ def diagnose(
                 source[mutant.name], spec.path, requests)
         except OracleError:
             continue  # no diagnosis is better than a wrong one
-        start = 0
+        start, matched, contradicted = 0, {}, set()
         for check in mine:
             exchanges = transcripts[check_key(check)]
             answer = replies[start:start + len(exchanges)]
             start += len(exchanges)
             if fingerprint_matches(exchanges, answer, reference[check_key(check)]):
-                explained.setdefault(check.grade_cell, {}).setdefault(
-                    mutant.name, []).append(check_key(check))
+                matched.setdefault(check.grade_cell, []).append(check_key(check))
+            elif contradicts(exchanges, answer, reference[check_key(check)]):
+                contradicted.add(check.grade_cell)
+        # One check where the mistake would have answered wrongly, but not as the student
+        # did, shows that the student's mistake is another one (or more than one): a
+        # coincidence on the other checks (fp16's 2 bytes taken for K and V's factor 2)
+        # must not name it.
+        for grade_cell, ids in matched.items():
+            if grade_cell not in contradicted:
+                explained.setdefault(grade_cell, {})[mutant.name] = ids
     by_name = {m.name: m for m in mutants}
     diagnoses = []
     for grade_cell, candidates in explained.items():

@@ -34,6 +34,7 @@ from .course import Course, CourseError
 from .jobs import NotebookResult
 from .limits import MiB, format_size
 from .scoring import cell_report_markdown, score_cells
+from .upstream import exercise_uses
 
 #: Free space the grader never writes into: room for SQLite's journal and for the
 #: machine's other programs.
@@ -143,7 +144,8 @@ def record(
     changed nothing, when the workspace's disk has no room for it.
     """
     student, notebook_id = result.student, result.notebook_id
-    table = score_cells(auto_points, result.checks, result.diagnoses)
+    table = score_cells(auto_points, result.checks, result.diagnoses,
+                        uses=exercise_uses(result.notebook))
     nb = result.notebook
     autograded = course.path("autograded", student, spec.name)
     extra = [item for item in (submission_dir.iterdir() if submission_dir.is_dir() else [])

@@ -13,6 +13,7 @@ does every comparison itself.
 """
 
 import json
+import linecache
 import sys
 import traceback
 import types
@@ -160,7 +161,7 @@ class _AutograderBridge:
         import torch
 
         if depth > 4:
-            raise TypeError("result is nested too deeply")
+            raise _WrongAnswerType("your function returned values nested more than 4 deep")
         if isinstance(value, torch.Tensor):
             key = f"t{len(tensors)}"
             value = value.detach().to("cpu").contiguous()
@@ -171,10 +172,12 @@ class _AutograderBridge:
                 value = value.clone()
             tensors[key] = value
             return {"type": "tensor", "key": key}
-        if type(value).__module__ == "numpy" and hasattr(value, "shape"):
-            return self._encode(
-                torch.from_numpy(__import__("numpy").asarray(value)), tensors, depth
-            )
+        if type(value).__module__ == "numpy" and hasattr(value, "shape") and not isinstance(
+                value, float):
+            # Converting it would pass this check and break the next exercise that calls it.
+            raise _WrongAnswerType(
+                f"your function returned a numpy.{type(value).__name__}: return a torch.Tensor "
+                "(keep the computation in torch; torch.from_numpy converts an array)")
         if isinstance(value, bool):
             return {"type": "bool", "value": value}
         if isinstance(value, int):
@@ -192,7 +195,9 @@ class _AutograderBridge:
                 "type": "dict",
                 "items": {str(k): self._encode(v, tensors, depth + 1) for k, v in value.items()},
             }
-        raise TypeError(f"cannot send back an object of type {type(value).__name__}")
+        raise _WrongAnswerType(
+            f"your function returned a {type(value).__name__}, which the checks cannot read: "
+            "return a tensor, a number, or a tuple, list or dict of them")
 
     def _decode(self, spec, tensors):
         kind = spec["type"]
@@ -236,6 +241,9 @@ class _AutograderBridge:
             kwargs = {k: self._decode(v, tensors) for k, v in request.get("kwargs", {}).items()}
             result = self._run(request, args, kwargs, tensors)
             reply["result"] = self._encode(result, result_tensors)
+        except _WrongAnswerType as exc:  # the answer, not the code, is the problem
+            reply.update(ok=False, error=str(exc)[: self.MAX_MESSAGE])
+            result_tensors = {}
         except BaseException as exc:  # noqa: B036 - a student's SystemExit is a result too
             reply.update(ok=False, error=self._describe(exc))
             result_tensors = {}
@@ -279,31 +287,44 @@ class _AutograderBridge:
         raise ValueError(f"unknown request kind {kind!r}")
 
     def _describe(self, exc):
-        frames = traceback.extract_tb(exc.__traceback__)
-        # Keep only frames from the student's cells, not from this bridge.
-        student = [
-            f
-            for f in frames
-            if f.filename != "<autograder-bridge>"
-            and "site-packages" not in f.filename
-            and "/lib/python" not in f.filename
-        ]
+        """``Kind: message (in `function`, line N: the line)``, placed at the last line of
+        the student's own code that the error went through (never this bridge, a library
+        or the check's code): the function names which exercise to open."""
         where = ""
+        student = [(frame, line) for frame, line in traceback.walk_tb(exc.__traceback__)
+                   if _is_student_code(frame)]
         if student:
-            last = student[-1]
-            where = f" (line {last.lineno}: {last.line})" if last.line else f" (line {last.lineno})"
-        text = f"{type(exc).__name__}: {exc}{where}"
-        return text[: self.MAX_MESSAGE]
+            frame, lineno = student[-1]
+            code = frame.f_code
+            name = getattr(code, "co_qualname", code.co_name)
+            text = linecache.getline(code.co_filename, lineno, frame.f_globals).strip()
+            place = f"line {lineno}" if name == "<module>" else f"in `{name}`, line {lineno}"
+            where = f" ({place}: {text})" if text else f" ({place})"
+        elif any(frame.f_code.co_filename == "<autograder check>"
+                 for frame, _ in traceback.walk_tb(exc.__traceback__)):
+            where = " (raised by the check's code, on what your function returned)"
+        text = str(exc)
+        return (f"{type(exc).__name__}: {text}{where}" if text
+                else f"{type(exc).__name__}{where}")[: self.MAX_MESSAGE]
+
+
+class _WrongAnswerType(Exception):
+    """An answer of a kind the checks cannot read (the code ran; its result is the issue)."""
+
+
+def _is_student_code(frame) -> bool:
+    """A frame of the notebook's own cells (they run in ``__main__``), not of the checks'
+    code, this bridge or a library (torch, the course toolkit)."""
+    return (frame.f_globals.get("__name__") == "__main__"
+            and not frame.f_code.co_filename.startswith("<autograder"))
 
 
 def _student_caller(frame) -> str:
     """The qualified name of the first function up the stack that the student wrote, or ""
-    from a cell's top level: where to look for a forbidden call. Notebook cells run in
-    ``__main__``; libraries (torch, the course toolkit) and the checks' code do not count."""
+    from a cell's top level: where to look for a forbidden call."""
     while frame is not None:
         code = frame.f_code
-        if (frame.f_globals.get("__name__") == "__main__"
-                and not code.co_filename.startswith("<autograder")):
+        if _is_student_code(frame):
             qualname = getattr(code, "co_qualname", code.co_name)
             return "" if qualname == "<module>" else qualname
         frame = frame.f_back

@@ -12,15 +12,19 @@ student's kernel, warnings on stderr included, never costs or earns points.
 from __future__ import annotations
 
 import html
+import re
 
 from .jobs import CheckRecord
 
 
 def score_cells(
-    points: dict[str, float], checks: list[CheckRecord], diagnoses: list[dict] = ()
+    points: dict[str, float], checks: list[CheckRecord], diagnoses: list[dict] = (),
+    uses: dict[str, dict[str, list[str]]] | None = None,
 ) -> dict[str, dict]:
     """``{grade_id: {"score", "max_score", "passed", "total", "checks", "diagnoses",
-    "attempted"}}``; ``diagnoses`` are :meth:`autograder.diagnosis.Diagnosis.as_dict`."""
+    "attempted", "upstream"}}``; ``diagnoses`` are
+    :meth:`autograder.diagnosis.Diagnosis.as_dict`, ``uses`` is
+    :func:`autograder.upstream.exercise_uses` of the notebook."""
     table = {}
     for grade_id, max_score in points.items():
         mine = [c for c in checks if c.grade_cell == grade_id]
@@ -39,7 +43,38 @@ def score_cells(
             "diagnoses": [d for d in diagnoses if d["grade_cell"] == grade_id],
             "attempted": attempted(mine),
         }
+    for grade_id, entry in table.items():
+        entry["upstream"] = failing_callees(grade_id, table, uses or {})
     return table
+
+
+def failing_callees(grade_id: str, table: dict, uses: dict) -> list[dict]:
+    """The earlier exercises that ``grade_id`` calls and that fail their own checks, when it
+    fails too: ``[{"grade_cell", "names", "attempted"}]``. A callee a diagnosis of this
+    exercise already points to is left to the diagnosis."""
+    entry = table[grade_id]
+    if entry["score"] >= entry["max_score"]:
+        return []
+    named = {d.get("owner") for d in entry["diagnoses"]}
+    return [
+        {"grade_cell": callee, "names": names, "attempted": table[callee]["attempted"]}
+        for callee, names in uses.get(grade_id, {}).items()
+        if callee in table and callee not in named
+        and table[callee]["score"] < table[callee]["max_score"]
+    ]
+
+
+def upstream_message(callees: list[dict]) -> str:
+    """One sentence for the top of an exercise whose callees fail (see failing_callees)."""
+    parts = []
+    for item in callees:
+        names = ", ".join(f"`{name}`" for name in item["names"])
+        state = "not written yet" if not item["attempted"] else "which fails"
+        parts.append(f"{names} (checked under `{item['grade_cell']}`, {state})")
+    one = len(callees) == 1 and len(callees[0]["names"]) == 1
+    return (f"This exercise calls {'; '.join(parts)}. Fix {'that' if one else 'those'} first, "
+            "from the top of the notebook: the failures below may follow from "
+            f"{'it' if one else 'them'}.")
 
 
 def gated(check: CheckRecord) -> bool:
@@ -69,6 +104,8 @@ def cell_report_markdown(grade_id: str, entry: dict) -> str:
         )
     elif not entry.get("attempted", True):
         lines.append("- not attempted yet: the exercise still raises NotImplementedError")
+    if entry.get("upstream"):
+        lines.append(f"- **Fix first:** {html.escape(upstream_message(entry['upstream']))}")
     explained = set()
     for diagnosis in entry.get("diagnoses", []):
         lines.append(f"- **Diagnosis:** {html.escape(diagnosis['message'])}")
@@ -76,19 +113,49 @@ def cell_report_markdown(grade_id: str, entry: dict) -> str:
         for check in mine:
             lines.append(f"  - ✘ {html.escape(check.description)}")
         explained |= {check_key(c) for c in mine}
-    said = set()  # one cause often fails many checks: say it once
+    values_ok = any(c.passed and not gated(c) for c in entry["checks"])
+    said = {}  # one cause often fails many checks, with other numbers each time: say it once
     for check in entry["checks"]:
         if check_key(check) in explained:
             continue
         mark = "✔" if check.passed else "✘"
         line = f"- {mark} {html.escape(check.description)}"
+        if check.passed and gated(check) and not values_ok:
+            line += " (counts once a check of the values passes)"
         if not check.passed and check.message:
-            repeated = check.message in said
-            line += "  \n  (the same reason as above)" if repeated else (
-                f"  \n  {html.escape(check.message)}")
-            said.add(check.message)
+            message = readable_message(check.message)
+            first = said.get(_gist(message))
+            if first is None:
+                said[_gist(message)] = message
+                line += f"  \n  {html.escape(message)}"
+            else:
+                line += "  \n  (the same reason as above" + (
+                    ")" if first == message else ", on other inputs)")
         lines.append(line)
     return "\n".join(lines)
+
+
+def readable_message(message: str) -> str:
+    """A check's message as a student reads it: the grader's own class names left out.
+
+    ``SubmissionError: RuntimeError: ...`` (the student's code raised) becomes ``your code
+    raised RuntimeError: ...``; a message of the grader's about the run (``no answer within
+    10s``) or the answer (``your function returned a numpy.ndarray``) is kept as it is.
+    """
+    kind, _, rest = message.partition(": ")
+    if kind == "ForbiddenShortcut":
+        return rest
+    if kind != "SubmissionError":
+        return message
+    if re.match(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning|Iteration)\b", rest):
+        return f"your code raised {rest}"
+    return rest
+
+
+def _gist(message: str) -> str:
+    """A message with its numbers and flags left out: the same mistake on other inputs
+    (another shape, ``causal=True``) reads the same."""
+    return re.sub(r"\d+(\.\d*)?(e[-+]?\d+)?|\b(True|False|None)\b", "#", message)
 
 
 def check_key(check: CheckRecord) -> str:

@@ -9,6 +9,7 @@ answer that a person grades).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -39,22 +40,44 @@ def released_exercises(course: Course, assignment: str, notebook_id: str) -> lis
         nb = nbformat.read(path, as_version=4)
     except (OSError, ValueError):
         return None
-    exercises, heading = [], None
+    exercises, heading, since = [], None, []  # the last heading; those since the last grade
     for cell in nb.cells:
-        if cell.cell_type == "markdown":
+        meta = cell.metadata.get("nbgrader", {})
+        # A student's own answer cell may hold headings: they title nothing.
+        if cell.cell_type == "markdown" and not meta.get("solution"):
             for line in cell.source.splitlines():
                 if line.startswith("##"):
                     heading = line.lstrip("#").strip().replace("`", "")
-        meta = cell.metadata.get("nbgrader", {})
+                    since.append(heading)
         if meta.get("grade") and meta.get("grade_id"):
             exercises.append({
                 "name": meta["grade_id"],
-                "title": heading or meta["grade_id"],
+                "title": exercise_title(since) or heading or meta["grade_id"],
                 "notebook": notebook_id,
                 "kind": "manual" if meta.get("solution") else "auto",
                 "max_score": float(meta.get("points", 0)),
             })
+            since = []
     return exercises
+
+
+_EXERCISE = re.compile(r"Exercises?\s+(\w+)\s*:\s*(.+)")
+
+
+def exercise_title(headings: list[str]) -> str | None:
+    """The title of a grade cell from the headings since the previous one: its exercise
+    ("Exercise 2: three mask builders"), all of them in one line when one test cell
+    checks several ("Exercises 1a-1b: attention weights, scaled dot-product attention"),
+    its question, else the section it opens ("7. Pre-train a tiny BERT and hand it in", not the
+    "Training" below it)."""
+    parts = [m for m in map(_EXERCISE.match, headings) if m]
+    if len(parts) > 1:
+        return (f"Exercises {parts[0][1]}-{parts[-1][1]}: "
+                + ", ".join(m[2].strip() for m in parts))
+    if parts:
+        return parts[0][0]
+    questions = [h for h in headings if h.startswith("Question")]
+    return questions[-1] if questions else headings[0] if headings else None
 
 
 def exercise_order(course: Course, found) -> list[str] | None:
@@ -110,6 +133,9 @@ def course_view(course: Course, root_dir: Path, latest: dict) -> dict:
                 exercise["score"] = seen.get("score") if seen else None
                 exercise["checks"] = restrict(seen.get("checks", []) if seen else [],
                                               entry.visibility)
+                # What to fix first (an earlier exercise, a named mistake), as checked.
+                exercise["diagnoses"] = (seen.get("diagnoses", []) if seen and
+                                         entry.visibility == "full" else [])
                 item["exercises"].append(exercise)
             if result and (item["checked_at"] or "") < (result.get("checked_at") or ""):
                 item["checked_at"] = result.get("checked_at")

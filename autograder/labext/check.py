@@ -26,6 +26,7 @@ from ..jobs import Job
 from ..runner import grade_notebook
 from ..sanitize import grade_cell_ids, read_submission, sanitize
 from ..scoring import score_cells
+from ..upstream import exercise_uses
 from ..workers import stops_cleanly
 
 #: What a submission folder may hold besides the notebook (the capstone's checkpoint).
@@ -75,7 +76,8 @@ def check_notebook(
         findings=findings,
     )
     result = grade_notebook(job)
-    cells = score_cells(auto_points, result.checks, result.diagnoses)
+    cells = score_cells(auto_points, result.checks, result.diagnoses,
+                        uses=exercise_uses(result.notebook))
     for entry in cells.values():
         entry["checks"] = [check.as_dict() for check in entry["checks"]]
     return {

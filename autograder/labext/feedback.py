@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import re
 
+from ..scoring import readable_message, upstream_message
+
 _CASE_ID = re.compile(r"\s*\[[^\]]*\]\s*$")
 _HINT = re.compile(r"\.?\s*Hint:\s*", re.IGNORECASE)
 _QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
@@ -79,11 +81,12 @@ def _ran(record: dict) -> bool:
 def _submission_error(text: str) -> str:
     """The student's code raised: say which exception, and where its message says so."""
     first = text.strip().splitlines()[0] if text.strip() else ""
-    if first.startswith(("no answer within", "the kernel", "the check could not")):
-        return first
     if first.startswith("NotImplementedError"):
-        return "not written yet: the function still raises NotImplementedError"
-    return f"your code raised {first}" if first else "your code raised an exception"
+        where = re.search(r"\(in `([^`]+)`", first)
+        return (f"not written yet: `{where.group(1)}` still raises NotImplementedError" if where
+                else "not written yet: the function still raises NotImplementedError")
+    return readable_message(f"SubmissionError: {first}") if first else (
+        "your code raised an exception")
 
 
 def _clip(text: str) -> str:
@@ -141,7 +144,9 @@ def student_view(trusted: dict, visibility: str, order: list[str] | None = None)
                                                                                            None)
                     # A check a diagnosis explains gets no hint of its own: the diagnosis,
                     # shown first, names the cause, and its own hint would point elsewhere.
+                    # Under a failing earlier exercise, its classic mistakes would mislead too.
                     explained = bool(record.get("cause"))
+                    upstream = bool(entry.get("upstream"))
                     checks.append({
                         "name": name,
                         "passed": bool(record.get("passed")),
@@ -149,13 +154,16 @@ def student_view(trusted: dict, visibility: str, order: list[str] | None = None)
                         "hint": None if explained else hint,
                         # The mistake a check points to, once the code runs at all.
                         "pitfall": (record.get("pitfall") if visibility == "full" and not explained
-                                    and not record.get("passed") and _ran(record) else None),
+                                    and not upstream and not record.get("passed")
+                                    and _ran(record) else None),
                     })
             exercises.append({
                 "name": grade_id,
                 "kind": "auto",
                 # A classic mistake the checks recognised, in the words written for students.
-                "diagnoses": ([d["message"] for d in entry.get("diagnoses", [])]
+                # An earlier exercise it calls that fails too comes first: fix that one.
+                "diagnoses": ((([upstream_message(entry["upstream"])] if entry.get("upstream")
+                                else []) + [d["message"] for d in entry.get("diagnoses", [])])
                               if visibility == "full" else []),
                 "score": entry["score"],
                 "max_score": entry["max_score"],

@@ -1,13 +1,17 @@
-"""Hints for one symptom, from the hidden checks themselves.
+"""What a student reads for a mistake that is not exactly a named one.
 
 A diagnosis names a classic mistake when the student's answers equal a named mutant's on
 every request. When the student's code differs a little more (the same off-by-one plus a
 harmless change), no diagnosis matches and the failing check's own message is all the
-student reads, so the checks recognise the commonest symptoms themselves.
+student reads, so the checks recognise the commonest symptoms themselves. A diagnosis must
+never name a mistake the student did not make (one that a passed exercise or another
+check rules out), and an exercise that fails because an earlier one it calls is broken
+says so first.
 
 Here the real hidden checks run in this process against a student namespace built from
-the instructor's notebook with one named mutant applied, through the real request files
-and the kernel side of the protocol (the code the grading kernel runs).
+the instructor's notebook with a mistake written in, through the real request files, the
+kernel side of the protocol (the code the grading kernel runs), the grader's pytest run,
+the mistake oracle and the scoring that writes the feedback.
 """
 
 from __future__ import annotations
@@ -20,8 +24,13 @@ from autograder import kernel_side
 from autograder.assignment_spec import AssignmentSpec
 from autograder.checklib import CheckFailure
 from autograder.course import notebook_from_text
+from autograder.diagnosis import annotate, diagnose
+from autograder.oracle import MistakeOracle, graded_cells
 from autograder.protocol import Submission
+from autograder.runner import run_checks
+from autograder.scoring import cell_report_markdown, score_cells
 from autograder.submissions import apply_mutant
+from autograder.upstream import exercise_uses
 
 # The cells the exercise needs besides its own: the imports, the blog's module and the
 # LayerNorm of exercise 1 (its solution).
@@ -100,3 +109,95 @@ def test_the_hints_stay_quiet_for_right_and_for_other_wrong_answers(blocks, tmp_
         checks.test_matches_reference(no_segments)
     assert "token_type_ids change nothing" in str(failure.value)
     assert "position" not in str(failure.value)
+
+
+# -- a whole notebook, graded in this process ---------------------------------------------
+@pytest.fixture(scope="module")
+def oracle():
+    oracle = MistakeOracle()
+    yield oracle
+    oracle.close()
+
+
+def _graded(spec: AssignmentSpec, notebook: str, tmp_path, oracle, *, edits=(),
+            mutant=None) -> dict:
+    """Score table of the solution with ``edits`` (text replacements) or ``mutant`` applied,
+    as grading writes it: every hidden check, the diagnosis and who-calls-whom."""
+    text = (apply_mutant(spec, next(m for m in spec.mutants if m.name == mutant))
+            if mutant else spec.source_text(notebook))
+    for find, replace in edits:
+        assert text.count(find) == 1, find
+        text = text.replace(find, replace)
+    namespace: dict = {"__name__": "__main__"}
+    for i, code in enumerate(graded_cells(text)):
+        exec(compile(code, f"<cell {i}>", "exec"), namespace)
+    submission = Submission(InProcessKernel(namespace), nb=None, exchange_dir=tmp_path)
+    records, transcripts = run_checks(spec.checks_dir(), submission)
+    found = diagnose(spec, notebook, records, transcripts, oracle)
+    annotate(records, found)
+    nb = notebook_from_text(text)
+    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
+              for c in nb.cells if c.cell_type == "code"
+              and c.metadata.get("nbgrader", {}).get("grade")}
+    return score_cells(points, records, [d.as_dict() for d in found], uses=exercise_uses(nb))
+
+
+def _named(table: dict) -> dict[str, set[str]]:
+    return {cell: {d["mutant"] for d in entry["diagnoses"]} for cell, entry in table.items()
+            if entry["diagnoses"]}
+
+
+INVERTED_IN_ATTENTION = [('scores = scores.masked_fill(~mask, float("-inf"))',
+                          'scores = scores.masked_fill(mask, float("-inf"))')]
+
+
+def test_a_passed_exercise_rules_its_mistake_out_and_the_broken_callee_is_named(
+        tmp_path, oracle):
+    """The mask inverted inside attention_weights fails the decoder block's checks as an
+    inverted causal_mask would; causal_mask passed all its checks, so it is not blamed,
+    and the block's feedback starts with the exercise it calls that fails."""
+    spec = AssignmentSpec.load("01-attention")
+    table = _graded(spec, "attention", tmp_path / "student", oracle,
+                    edits=INVERTED_IN_ATTENTION)
+    assert table["test_masks"]["score"] == table["test_masks"]["max_score"]
+    assert not any("inverted-causal" in names for names in _named(table).values())
+    for cell in ("test_multi_head_attention", "test_decoder_block"):
+        callees = [c["grade_cell"] for c in table[cell]["upstream"]]
+        assert "test_attention_weights" in callees and "test_masks" not in callees
+        report = cell_report_markdown(cell, table[cell]).splitlines()
+        assert report[2].startswith("- **Fix first:** This exercise calls `attention_weights`")
+    assert not table["test_attention_weights"]["upstream"]  # it calls nothing graded
+    # The mistake itself is still named where the student made it.
+    planted = _graded(spec, "attention", tmp_path / "mutant", oracle, mutant="inverted-causal")
+    assert "inverted-causal" in _named(planted).get("test_decoder_block", set())
+    assert not planted["test_decoder_block"]["upstream"]  # the diagnosis points there already
+
+
+def test_a_check_the_mistake_would_answer_otherwise_rules_it_out(tmp_path, oracle):
+    """kv_cache_bytes without bytes_per_element halves every fp16 answer, as a missing K+V
+    factor 2 does; the fp32 and fp8 cases tell them apart, in the diagnosis and the hints."""
+    spec = AssignmentSpec.load("03-efficient-attention")
+    line = "total = 2 * n_layers * n_kv_heads * d_head * n_tokens * batch * bytes_per_element"
+    table = _graded(spec, "efficient", tmp_path / "student", oracle,
+                    edits=[(line, line.replace(" * bytes_per_element", ""))])
+    entry = table["test_kv_cache_bytes"]
+    assert entry["score"] == 0 and not entry["diagnoses"]
+    messages = [c.message for c in entry["checks"] if not c.passed]
+    assert any("multiply by bytes_per_element=4" in m for m in messages), messages
+    assert not any("count both (the factor 2)" in m for m in messages), messages
+    planted = _graded(spec, "efficient", tmp_path / "mutant", oracle,
+                      mutant="kv-bytes-no-factor-2")
+    assert _named(planted) == {"test_kv_cache_bytes": {"kv-bytes-no-factor-2"}}
+
+
+def test_a_numpy_answer_is_refused_where_it_is_returned(tmp_path, oracle):
+    """Converting a numpy result would pass its own exercise and break the next one, which
+    then blames a correct merge_heads: the answer is refused with what to return."""
+    spec = AssignmentSpec.load("01-attention")
+    table = _graded(spec, "attention", tmp_path, oracle, edits=[(
+        "    return attention_weights(q, k, mask, scale) @ v\n",
+        "    return (attention_weights(q, k, mask, scale) @ v).detach().numpy()\n")])
+    entry = table["test_attention_weights"]
+    assert entry["score"] < entry["max_score"]
+    text = cell_report_markdown("test_attention_weights", entry)
+    assert "your function returned a numpy.ndarray: return a torch.Tensor" in text

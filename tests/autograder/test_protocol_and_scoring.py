@@ -171,3 +171,55 @@ def test_a_reason_that_fails_many_checks_is_said_once_per_cell():
     assert text.count("torch.nn.functional.layer_norm") == 1
     assert text.count("(the same reason as above)") == 2
     assert "shape (2, 3), expected (3, 2)" in text
+
+
+def test_the_same_mistake_on_other_inputs_is_said_once_and_gated_passes_are_labelled():
+    from autograder.scoring import cell_report_markdown
+
+    def failing(i, message):
+        return CheckRecord(id=f"t{i}", module="m", description=f"case {i}", grade_cell="g",
+                           passed=False, message=message)
+
+    checks = [failing(i, f"SubmissionError: RuntimeError: size [8, {i}] (in `f`, line 3: x)")
+              for i in range(3)]
+    checks.append(CheckRecord(id="names", module="m", description="names", grade_cell="g",
+                              passed=True, structural=True))
+    text = cell_report_markdown("g", score_cells({"g": 3}, checks)["g"])
+    assert text.count("your code raised RuntimeError: size [8, 0] (in `f`, line 3: x)") == 1
+    assert text.count("(the same reason as above, on other inputs)") == 2
+    assert "SubmissionError" not in text
+    assert "names (counts once a check of the values passes)" in text
+
+
+def test_messages_read_as_words_not_class_names():
+    from autograder.scoring import readable_message
+
+    assert readable_message("SubmissionError: KeyError: 'w' (line 2: x)") == (
+        "your code raised KeyError: 'w' (line 2: x)")
+    assert readable_message("SubmissionError: NotImplementedError (in `f`, line 2)") == (
+        "your code raised NotImplementedError (in `f`, line 2)")
+    assert readable_message("SubmissionError: no answer within 10s (an infinite loop?)") == (
+        "no answer within 10s (an infinite loop?)")
+    assert readable_message("ForbiddenShortcut: your code called torch.softmax") == (
+        "your code called torch.softmax")
+    assert readable_message("out differs. Hint: x") == "out differs. Hint: x"
+
+
+def test_an_error_names_the_students_function_and_line():
+    """The kernel side places an error at the last line of the notebook's own code it went
+    through (a cell runs in __main__), with the function's qualified name; never at a
+    library's line or the check's own code."""
+    from autograder.kernel_side import make_bridge
+
+    namespace = {"__name__": "__main__", "torch": torch}
+    exec(compile("def causal_mask(t):\n    raise NotImplementedError()\n\n"
+                 "class Block:\n    def forward(self, x):\n        return causal_mask(x)\n\n"
+                 "def numbers():\n    return 1.5\n", "<cell 3>", "exec"), namespace)
+    bridge = make_bridge(namespace)
+    reply, _ = bridge.respond({"kind": "exec", "code": "result = Block().forward(3)"}, {})
+    assert reply["error"] == "NotImplementedError (in `causal_mask`, line 2)"
+    reply, _ = bridge.respond({"kind": "exec", "code": "result = numbers().backward()"}, {})
+    assert reply["error"] == ("AttributeError: 'float' object has no attribute 'backward' "
+                              "(raised by the check's code, on what your function returned)")
+    reply, _ = bridge.respond({"kind": "call", "name": "numbers"}, {})
+    assert reply["ok"] and reply["result"] == {"type": "float", "value": 1.5}

@@ -36,15 +36,24 @@ def lab_server_config():
 @pytest.fixture(scope="module")
 def workspace(lab_server):
     """The server's root becomes a course workspace; a solved copy waits in solved/."""
-    from autograder.course import Course
-    from autograder.submissions import make_class
+    from autograder.course import Course, notebook_from_text
+    from autograder.submissions import fill_solutions, make_class, released_notebook
 
     course = Course(lab_server.root_dir)
     course.init()
     course.release(ASSIGNMENT)
-    solved = make_class(course, course.spec(ASSIGNMENT))["reference"]["attention"]
+    spec = course.spec(ASSIGNMENT)
+    solved = make_class(course, spec)["reference"]["attention"]
     (lab_server.root_dir / "solved").mkdir()
     nbformat.write(solved, lab_server.root_dir / "solved" / "attention.ipynb")
+    # A mistake no named mutant describes: the mask inverted inside attention_weights.
+    text = spec.source_text("attention").replace(
+        'scores = scores.masked_fill(~mask, float("-inf"))',
+        'scores = scores.masked_fill(mask, float("-inf"))')
+    mistaken = fill_solutions(released_notebook(course, spec, "attention"),
+                              notebook_from_text(text))
+    (lab_server.root_dir / "mistaken").mkdir()
+    nbformat.write(mistaken, lab_server.root_dir / "mistaken" / "attention.ipynb")
     return course
 
 
@@ -102,6 +111,19 @@ def test_check_my_work_turns_statuses_from_failing_to_passing(chromium, lab_serv
         assert stub["families_question"] == "failing", stub  # unanswered
         assert "not written yet" in panel.inner_text()
         panel.screenshot(path=str(tmp_path / "course-panel-stub.png"))
+
+        # A mistake in an early exercise: the later ones that call it say to fix it first.
+        _open_and_check(page, lab_server, "mistaken/attention.ipynb")
+        _wait_for(page, {"test_attention_weights": "failing", "test_masks": "passing",
+                         "test_multi_head_attention": "failing",
+                         "test_decoder_block": "failing"})
+        fix_first = page.locator(f'{PANEL} [data-exercise="test_multi_head_attention"] '
+                                 '.tc-diagnosis')
+        assert fix_first.inner_text().startswith(
+            "This exercise calls attention_weights, scaled_dot_product_attention")
+        assert fix_first.locator("code").first.inner_text() == "attention_weights"
+        _widen_panel(page)
+        panel.screenshot(path=str(tmp_path / "course-panel-fix-first.png"))
 
         _open_and_check(page, lab_server, "solved/attention.ipynb")
         _wait_for(page, {**{name: "passing" for name in AUTO},

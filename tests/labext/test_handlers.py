@@ -91,6 +91,18 @@ async def test_mutant_loses_exactly_the_points_of_what_it_breaks(check, save, no
     assert any(mutant.pitfall.lower() in (text or "").lower() for text in named), named
 
 
+async def test_the_course_outline_keeps_what_to_fix_first(check, save, notebooks, jp_fetch):
+    """The panel draws the outline (GET course) after a check: the diagnosis, and the
+    earlier exercise to fix first, must be in it, not only in the check's answer."""
+    status, answer = await check(save(notebooks["mutant-no-scale"]))
+    assert status == 200, answer
+    answered = {e["name"]: e["diagnoses"] for e in answer["exercises"]}
+    assert any("1/sqrt(d_k)" in d for d in answered["test_attention_weights"]), answered
+    course = json.loads((await jp_fetch("autograder", "api", "course")).body)
+    listed = {e["name"]: e["diagnoses"] for e in course["assignments"][0]["exercises"]}
+    assert listed == answered
+
+
 async def test_patching_allclose_gains_nothing(check, save, notebooks):
     stub = copy.deepcopy(notebooks["stub"])
     stub.cells.insert(1, nbformat.v4.new_code_cell(TAMPER_PATCH))

@@ -121,3 +121,32 @@ def test_views_by_visibility():
     assert score["exercises"][0]["checks"] == [] and score["score"] == 1.0
     assert restrict(full["exercises"][0]["checks"], "score") == []
     assert restrict(full["exercises"][0]["checks"], "names")[0]["hint"] is None
+
+
+def test_a_failing_callee_is_named_first_when_names_may_be_shown():
+    upstream = [{"grade_cell": "test_norm", "names": ["LayerNorm"], "attempted": True}]
+    trusted = {"cells": {"ex": {"score": 0.0, "max_score": 2.0, "passed": 0, "total": 1,
+                                "checks": [{"description": "d", "passed": False,
+                                            "message": "wrong", "cause": None}],
+                                "upstream": upstream,
+                                "diagnoses": [{"message": "a named mistake"}]}},
+               "manual": {}, "events": [], "findings": []}
+    full = student_view(trusted, "full")["exercises"][0]["diagnoses"]
+    assert full[0].startswith("This exercise calls `LayerNorm` (checked under `test_norm`")
+    assert full[1] == "a named mistake"
+    assert student_view(trusted, "names")["exercises"][0]["diagnoses"] == []
+
+
+def test_exercise_titles_name_every_exercise_a_test_cell_checks():
+    from autograder.labext.catalog import exercise_title
+
+    assert exercise_title(["Exercise 1a: attention weights",
+                           "Exercise 1b: scaled dot-product attention"]) == (
+        "Exercises 1a-1b: attention weights, scaled dot-product attention")
+    assert exercise_title(["2. Masks", "Exercise 2: three mask builders"]) == (
+        "Exercise 2: three mask builders")
+    assert exercise_title(["The experiment", "Question: what did you see?"]) == (
+        "Question: what did you see?")
+    assert exercise_title(["7. Pre-train a tiny BERT", "Training (not run while grading)"]) == (
+        "7. Pre-train a tiny BERT")
+    assert exercise_title([]) is None

@@ -194,7 +194,9 @@ def test_fully_masked_row_has_zero_gradient(submission):
         q_, k_, v_ = (t.clone().requires_grad_(True) for t in (q, k, v))
         ref = scaled_dot_product_attention(q_, k_, v_, mask)
         ref.sum().backward()
-        assert_close(out, ref.detach(), **TOL, name=f"the output ({kind} mask)")
+        assert_close(out, ref.detach(), **TOL, name=f"the output ({kind} mask)",
+                     hint="the query that sees no key gets all-zero weights, so its output "
+                          "row is 0; every other row is the usual masked attention")
         for name, grad, expected in (("q", dq, q_.grad), ("k", dk, k_.grad), ("v", dv, v_.grad)):
             assert_close(grad, expected, **TOL,
                          name=f"the gradient with respect to {name} ({kind} mask)")

@@ -194,7 +194,7 @@ def test_rotation_keeps_norms(submission):
     """Every pair is rotated, so the norm of each vector is unchanged."""
     x = _randn(1, 4, 6, 32, seed=8)
     out = _rope(submission, x, torch.tensor([0, 1, 50, 999, 12345, 7]))
-    assert_close(out.norm(dim=-1), x.norm(dim=-1), **TOL, name="the norms after RoPE",
+    assert_close(out.norm(dim=-1), x.norm(dim=-1), **TOL, name="the norm of each vector after RoPE",
                  hint="a rotation keeps lengths: (a cos - b sin, b cos + a sin)")
 
 

@@ -24,9 +24,17 @@ def _number(value, label):
 def _check(submission, args, kwargs, label):
     got = _number(submission.call("kv_cache_bytes", *args, **kwargs), label)
     expected = kv_cache_bytes(*args, **kwargs)
+    size = kwargs.get("bytes_per_element", 2)
+    if got * 2 == expected and size == 2:  # fp16: two ways to be off by 2
+        raise CheckFailure(f"{label} = {got:,}, half the expected {expected:,}: either keys and "
+                           "values are not both counted (the factor 2), or bytes_per_element "
+                           "(2 for fp16) is left out")
     if got * 2 == expected:
         raise CheckFailure(f"{label} = {got:,}, half the expected {expected:,}: the cache holds "
                            "keys *and* values, count both (the factor 2)")
+    if size != 1 and got * size == expected:
+        raise CheckFailure(f"{label} = {got:,}, expected {expected:,}: multiply by "
+                           f"bytes_per_element={size} (the size of one number)")
     if abs(got - expected) > 1e-9 * max(1, abs(expected)):
         raise CheckFailure(f"{label} = {got:,}, expected {expected:,} "
                            "(2 x layers x n_kv_heads x d_head x tokens x batch x bytes)")
@@ -47,11 +55,12 @@ def test_llama2_70b(submission):
 @pytest.mark.pitfall(FACTOR2)
 def test_batch_dtype_and_heads(submission):
     """Batch, bytes per element (fp32, fp8) and the number of KV heads all multiply in."""
-    _check(submission, (80, 64, 128, 4096), {}, "MHA with 64 KV heads")
+    # fp32 first: with fp16's 2 bytes, a missing factor 2 and a missing size look alike.
     _check(submission, (32, 8, 128, 2048), {"batch": 3, "bytes_per_element": 4},
            "kv_cache_bytes(32, 8, 128, 2048, batch=3, bytes_per_element=4)")
     _check(submission, (60, 1, 64, 100), {"batch": 2, "bytes_per_element": 1},
            "MQA in fp8 (bytes_per_element=1)")
+    _check(submission, (80, 64, 128, 4096), {}, "MHA with 64 KV heads")
 
 
 @pytest.mark.structural

@@ -49,7 +49,8 @@ def _launch(submission, q, k, v, causal=False, block_m=16, block_n=16, scale=Non
     got = submission.run(LAUNCH, q=q, k=k, v=v, causal=causal, block_m=block_m,
                          block_n=block_n, scale=scale)
     if not isinstance(got, tuple) or len(got) != 2:
-        raise CheckFailure(f"{label} should return a tuple (out, lse)")
+        kind = f"a tuple of {len(got)}" if isinstance(got, tuple) else type(got).__name__
+        raise CheckFailure(f"flash_attention_triton should return a tuple (out, lse), got {kind}")
     out, lse = got
     expect_tensor(out, shape=q.shape, dtype=q.dtype, name=f"out of {label}")
     if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != tuple(q.shape[:3]):
@@ -73,6 +74,12 @@ def _compare_out(out, label, q, k, v, causal=False, scale=None, tol=TOL):
         if torch.allclose(out.double(), strict, **tol):
             raise CheckFailure(f"{label}: your causal mask hides each query's own position "
                                "(j < i): a query sees keys j <= i + shift, itself included")
+    base_e = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
+    if torch.allclose(out.double(), dense_attention(q, k, v, causal, base_e * math.log(2))[0],
+                      **tol):
+        raise CheckFailure(f"{label}: the softmax is computed with exp2 of scores scaled by "
+                           "`scale` alone. exp(x) = exp2(x * log2(e)): multiply the scale by "
+                           "log2(e) = 1.4427 before the kernel uses exp2")
     assert_close(out, ref.to(out.dtype), **tol, name=f"out of {label}",
                  hint="rescale acc by alpha = exp2(m - m') before adding P V; mask keys past N_K")
 

@@ -196,9 +196,16 @@ result = [train_step(_model, _opt, inputs["x"], inputs["y"], grad_clip=1.0)[0]
     x = torch.randint(0, 256, (4, 16), generator=g)
     y = torch.roll(x, -1, dims=1)
     losses = submission.run(code, x=x, y=y, timeout=120)
-    if not isinstance(losses, tuple) or len(losses) != 25 or not all(
-            isinstance(v, (int, float)) and math.isfinite(v) for v in losses):
-        raise CheckFailure("could not read 25 finite losses from your train_step")
+    if not isinstance(losses, tuple) or len(losses) != 25:
+        raise CheckFailure("could not read 25 losses from your train_step")
+    kinds = {"a tensor" if isinstance(v, torch.Tensor) else type(v).__name__ for v in losses
+             if not isinstance(v, (int, float))}
+    if kinds:
+        raise CheckFailure(f"train_step returned the loss as {', '.join(sorted(kinds))}: return "
+                           "loss.item(), a Python float, so that no graph is kept alive")
+    if not all(math.isfinite(v) for v in losses):
+        raise CheckFailure("train_step's loss became NaN or inf within 25 steps on a tiny "
+                           "model: check the order zero_grad, backward, clip, step")
     if not losses[-1] < 0.7 * losses[0]:
         raise CheckFailure(f"the loss went from {losses[0]:.3f} to {losses[-1]:.3f} in 25 steps on "
                            "one repeated batch; it should fall well below 70% of the start")

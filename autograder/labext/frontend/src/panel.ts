@@ -240,13 +240,13 @@ export class CoursePanel extends Widget {
     item.append(row);
     item.append(el('div', 'tc-exerciseStatus', `${e.name} · ${STATUS_TEXT[e.status]}`));
     for (const diagnosis of e.diagnoses ?? []) {
-      item.append(el('div', 'tc-diagnosis', diagnosis));
+      item.append(withCode(el('div', 'tc-diagnosis'), diagnosis));
     }
     const failed = e.checks.filter(c => !c.passed);
     const messages = new Set(failed.map(c => c.message));
     if (failed.length > 1 && messages.size === 1 && failed[0].message) {
       // One cause behind every failure (say, the function is not written yet): say it once.
-      item.append(el('div', 'tc-checkMessage tc-shared', failed[0].message));
+      item.append(withCode(el('div', 'tc-checkMessage tc-shared'), failed[0].message));
     } else if (failed.length) {
       const shown = this.showAll.has(e.name) ? failed : failed.slice(0, MAX_CHECKS);
       const checks = el('ul', 'tc-checks');
@@ -282,13 +282,13 @@ function renderCheck(check: ICheck): HTMLElement {
   const item = el('li', 'tc-check');
   item.append(el('div', 'tc-checkName', `✗ ${check.name}`));
   if (check.message) {
-    item.append(el('div', 'tc-checkMessage', check.message));
+    item.append(withCode(el('div', 'tc-checkMessage'), check.message));
   }
   if (check.hint) {
-    item.append(el('div', 'tc-checkHint', `Hint: ${check.hint}`));
+    item.append(withCode(el('div', 'tc-checkHint'), `Hint: ${check.hint}`));
   }
   if (check.pitfall) {
-    item.append(el('div', 'tc-checkPitfall', `Common mistake: ${check.pitfall}`));
+    item.append(withCode(el('div', 'tc-checkPitfall'), `Common mistake: ${check.pitfall}`));
   }
   return item;
 }
@@ -302,6 +302,16 @@ function day(iso: string): string {
   return isNaN(date.getTime())
     ? iso
     : date.toLocaleDateString(undefined, { day: 'numeric', month: 'short', year: 'numeric' });
+}
+
+/** ``text`` into ``node``, each `name` in backticks shown as code (never parsed as HTML). */
+function withCode<T extends HTMLElement>(node: T, text: string): T {
+  text.split('`').forEach((part, i) => {
+    if (part) {
+      node.append(i % 2 ? el('code', 'tc-code', part) : document.createTextNode(part));
+    }
+  });
+  return node;
 }
 
 function el<K extends keyof HTMLElementTagNameMap>(

@@ -1,0 +1,82 @@
+"""Who calls whom, read from a notebook's code: the line that sends a student upstream."""
+
+import nbformat
+
+from autograder.assignment_spec import AssignmentSpec
+from autograder.course import notebook_from_text
+from autograder.jobs import CheckRecord
+from autograder.scoring import cell_report_markdown, score_cells, upstream_message
+from autograder.upstream import exercise_uses
+
+
+def _cell(source, grade_id=None, test=False):
+    cell = nbformat.v4.new_code_cell(source)
+    if grade_id:
+        cell.metadata["nbgrader"] = {"grade_id": grade_id, "grade": test, "solution": not test}
+    return cell
+
+
+def _notebook():
+    return nbformat.v4.new_notebook(cells=[
+        _cell("def norm(x):\n    return x"),
+        _cell("def unused_helper():\n    pass", "norm"),
+        _cell("", "test_norm", test=True),
+        _cell("def residual(f, x):\n    return x + f(norm(x))"),  # given: followed through
+        _cell("%timeit block(1)\ndef broken(:"),  # does not parse: skipped
+        _cell("class Block:\n    def forward(self, x):\n        return residual(ffn, x)\n"
+              "def ffn(x):\n    return later(x)", "block"),
+        _cell("", "test_block", test=True),
+        _cell("def later(x):\n    return x", "later"),
+        _cell("", "test_later", test=True),
+    ])
+
+
+def test_an_exercise_reaches_earlier_ones_through_given_code_only():
+    nb = _notebook()
+    # norm is a given cell's here, and the solution cell of test_norm defines another name.
+    assert exercise_uses(nb) == {}
+    nb.cells[0].metadata["nbgrader"] = {"grade_id": "norm0", "grade": False, "solution": True}
+    # Block -> residual (given) -> norm (test_norm's); `later` comes after: not counted.
+    assert exercise_uses(nb) == {"test_block": {"test_norm": ["norm"]}}
+    assert exercise_uses(None) == {}
+
+
+def test_the_course_notebooks_say_what_builds_on_what():
+    nb = notebook_from_text(AssignmentSpec.load("01-attention").source_text("attention"))
+    uses = exercise_uses(nb)
+    assert uses["test_decoder_block"]["test_masks"] == ["causal_mask", "combine_masks"]
+    assert uses["test_multi_head_attention"] == {
+        "test_attention_weights": ["attention_weights", "scaled_dot_product_attention"]}
+    assert "test_attention_weights" not in uses
+
+
+def _record(cell, passed, message="wrong"):
+    return CheckRecord(id=f"{cell}-{passed}", module="m", description="d", grade_cell=cell,
+                       passed=passed, message="" if passed else message)
+
+
+def test_only_a_failing_exercise_with_a_failing_callee_is_sent_upstream():
+    uses = {"test_block": {"test_norm": ["norm"]}}
+    points = {"test_norm": 1, "test_block": 2}
+    both_fail = score_cells(points, [_record("test_norm", False), _record("test_block", False)],
+                            uses=uses)
+    assert both_fail["test_block"]["upstream"] == [
+        {"grade_cell": "test_norm", "names": ["norm"], "attempted": True}]
+    assert both_fail["test_norm"]["upstream"] == []
+    report = cell_report_markdown("test_block", both_fail["test_block"])
+    assert "**Fix first:** This exercise calls `norm` (checked under `test_norm`, which fails)" \
+        in report
+    norm_passes = score_cells(points, [_record("test_norm", True), _record("test_block", False)],
+                              uses=uses)
+    assert norm_passes["test_block"]["upstream"] == []
+    block_passes = score_cells(points, [_record("test_norm", False), _record("test_block", True)],
+                               uses=uses)
+    assert block_passes["test_block"]["upstream"] == []
+    stub = score_cells(points, [_record("test_norm", False, "NotImplementedError: stub"),
+                                _record("test_block", False)], uses=uses)["test_block"]
+    assert "not written yet" in upstream_message(stub["upstream"])
+    # A diagnosis that already points at the callee says it better.
+    told = score_cells(points, [_record("test_norm", False), _record("test_block", False)],
+                       [{"grade_cell": "test_block", "owner": "test_norm", "message": "m",
+                         "checks": []}], uses=uses)
+    assert told["test_block"]["upstream"] == []
