@@ -59,6 +59,8 @@ def collect(course: Course, name: str) -> list[dict]:
                         "total": cell["total"],
                         "attempted": cell.get("attempted", True),
                         "diagnoses": [d["mutant"] for d in diagnosed],
+                        # earlier exercises it calls that fail too (fix those first)
+                        "upstream": [u["grade_cell"] for u in cell.get("upstream", [])],
                     }
                     record["score"] += cell["score"]
                     record["max_score"] += cell["max_score"]
@@ -115,19 +117,21 @@ def _compare_with_gradebook(gb, record, grade_id, notebook_id, assignment, ours)
 
 
 def item_analysis(records: list[dict]) -> dict:
-    """Per exercise: full-marks rate, mean score, how many did not attempt it and the named
-    mistakes diagnosed; the failed checks no diagnosis explains, with their pitfalls."""
+    """Per exercise: full-marks rate, mean score, how many did not attempt it, how many
+    failed it along with an earlier exercise it calls, and the named mistakes diagnosed;
+    the failed checks none of those explains, with their pitfalls."""
     exercises: dict[str, dict] = {}
     for record in records:
         for gid, ex in record["exercises"].items():
             item = exercises.setdefault(gid, {
                 "students": 0, "full_marks": 0, "points": 0.0, "max_score": ex["max_score"],
-                "not_attempted": 0, "mistakes": collections.Counter(),
+                "not_attempted": 0, "after_earlier": 0, "mistakes": collections.Counter(),
             })
             item["students"] += 1
             item["full_marks"] += ex["score"] >= ex["max_score"]
             item["points"] += ex["score"]
             item["not_attempted"] += not ex.get("attempted", True)
+            item["after_earlier"] += bool(ex.get("upstream")) and ex.get("attempted", True)
         for diagnosis in record.get("diagnoses", []):
             item = exercises.get(diagnosis["grade_cell"])
             if item is not None:
@@ -143,8 +147,10 @@ def item_analysis(records: list[dict]) -> dict:
     for record in records:
         for fail in record["failed_checks"]:
             exercise = record["exercises"].get(fail["exercise"], {})
-            # Grouped elsewhere: an exercise not attempted, or a check a diagnosis explains.
-            if not exercise.get("attempted", True) or fail.get("cause"):
+            # Grouped elsewhere: an exercise not attempted, one that fails with an earlier
+            # exercise it calls, or a check a diagnosis explains.
+            if (not exercise.get("attempted", True) or exercise.get("upstream")
+                    or fail.get("cause")):
                 continue
             key = (fail["exercise"], fail["check"])
             failures[key] += 1
@@ -226,6 +232,8 @@ def as_table(records: list[dict]) -> str:
     lines += ["", "Item analysis (share of students with full marks per exercise):"]
     for gid, item in sorted(items["exercises"].items()):
         skipped = f", {item['not_attempted']} not attempted" if item["not_attempted"] else ""
+        if item["after_earlier"]:
+            skipped += f", {item['after_earlier']} failing with an earlier exercise they call"
         lines.append(
             f"  {gid:<28} {item['pass_rate']:>6.0%}  mean {item['mean_score']:g}/"
             f"{item['max_score']:g}{skipped}"

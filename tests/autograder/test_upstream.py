@@ -80,3 +80,35 @@ def test_only_a_failing_exercise_with_a_failing_callee_is_sent_upstream():
                        [{"grade_cell": "test_block", "owner": "test_norm", "message": "m",
                          "checks": []}], uses=uses)
     assert told["test_block"]["upstream"] == []
+
+
+def test_an_exercise_that_only_reaches_an_earlier_stub_was_attempted():
+    """A decoder block that is written but calls an unwritten causal_mask fails every check
+    on the mask's NotImplementedError: the block is attempted, the mask is not."""
+    stub = "SubmissionError: NotImplementedError (in `causal_mask`, line 2: raise ...)"
+    uses = {"test_block": {"test_norm": ["causal_mask"]}}
+    table = score_cells({"test_norm": 1, "test_block": 2},
+                        [_record("test_norm", False, stub), _record("test_block", False, stub)],
+                        uses=uses)
+    assert not table["test_norm"]["attempted"] and table["test_block"]["attempted"]
+    assert table["test_block"]["upstream"][0]["attempted"] is False
+    own = "SubmissionError: NotImplementedError (in `Block.forward`, line 2: raise ...)"
+    table = score_cells({"test_norm": 1, "test_block": 2},
+                        [_record("test_norm", False, stub), _record("test_block", False, own)],
+                        uses=uses)
+    assert not table["test_block"]["attempted"]
+
+
+def test_the_item_analysis_counts_failures_that_follow_an_earlier_exercise_apart():
+    from autograder.report import item_analysis
+
+    def record(upstream):
+        fail = {"exercise": "test_block", "check": "c", "description": "d", "pitfall": "p",
+                "cause": None}
+        return {"exercises": {"test_block": {"score": 0.0, "max_score": 2.0, "attempted": True,
+                                             "upstream": upstream}},
+                "failed_checks": [fail], "diagnoses": []}
+
+    items = item_analysis([record(["test_norm"]), record([]), record([])])
+    assert items["exercises"]["test_block"]["after_earlier"] == 1
+    assert items["failed_checks"][0]["students"] == 2  # the block's own failures only
