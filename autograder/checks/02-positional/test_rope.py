@@ -120,9 +120,15 @@ def test_arbitrary_positions_speeds_and_scaling(submission):
     x = _randn(1, 2, 5, 8, seed=3)
     positions = torch.tensor([9, 3, 100, 4000, 17])
     out = _rope(submission, x, positions, base=500.0)
-    assert_close(out, apply_rope(x, positions, base=500.0), **TOL,
-                 name="apply_rope(x, [9, 3, 100, 4000, 17], base=500)",
-                 hint="rotate each token by *its* position from `positions`, not by its index")
+    expected = apply_rope(x, positions, base=500.0)
+    if (isinstance(out, torch.Tensor) and out.shape == expected.shape
+            and torch.allclose(out.double(), expected, atol=1e-3)):
+        hint = ("only rounding apart: at position 4000 the angle p * theta_i needs float64 "
+                "when x is float64 (compute the speeds and angles in x's dtype)")
+    else:
+        hint = "rotate each token by *its* position from `positions`, not by its index"
+    assert_close(out, expected, **TOL, name="apply_rope(x, [9, 3, 100, 4000, 17], base=500)",
+                 hint=hint)
     inv_freq = rope_inv_freq(8, dtype=torch.float64) / torch.tensor([1.0, 2.0, 3.0, 4.0],
                                                                    dtype=torch.float64)
     out = _rope(submission, x, positions, inv_freq=inv_freq, attention_scaling=1.3)
