@@ -119,10 +119,9 @@ def oracle():
     oracle.close()
 
 
-def _graded(spec: AssignmentSpec, notebook: str, tmp_path, oracle, *, edits=(),
-            mutant=None) -> dict:
-    """Score table of the solution with ``edits`` (text replacements) or ``mutant`` applied,
-    as grading writes it: every hidden check, the diagnosis and who-calls-whom."""
+def _whole_notebook(spec: AssignmentSpec, notebook: str, edits=(), mutant=None):
+    """``(namespace, source)``: the graded cells of the solution, with ``edits`` (text
+    replacements) or ``mutant`` applied, run as the grading kernel runs them."""
     text = (apply_mutant(spec, next(m for m in spec.mutants if m.name == mutant))
             if mutant else spec.source_text(notebook))
     for find, replace in edits:
@@ -131,6 +130,14 @@ def _graded(spec: AssignmentSpec, notebook: str, tmp_path, oracle, *, edits=(),
     namespace: dict = {"__name__": "__main__"}
     for i, code in enumerate(graded_cells(text)):
         exec(compile(code, f"<cell {i}>", "exec"), namespace)
+    return namespace, text
+
+
+def _graded(spec: AssignmentSpec, notebook: str, tmp_path, oracle, *, edits=(),
+            mutant=None) -> dict:
+    """Score table of the solution with ``edits`` (text replacements) or ``mutant`` applied,
+    as grading writes it: every hidden check, the diagnosis and who-calls-whom."""
+    namespace, text = _whole_notebook(spec, notebook, edits, mutant)
     submission = Submission(InProcessKernel(namespace), nb=None, exchange_dir=tmp_path)
     records, transcripts = run_checks(spec.checks_dir(), submission)
     found = diagnose(spec, notebook, records, transcripts, oracle)
@@ -201,3 +208,15 @@ def test_a_numpy_answer_is_refused_where_it_is_returned(tmp_path, oracle):
     assert entry["score"] < entry["max_score"]
     text = cell_report_markdown("test_attention_weights", entry)
     assert "your function returned a numpy.ndarray: return a torch.Tensor" in text
+
+
+def test_rope_angles_in_float32_hear_about_float64_not_positions(tmp_path):
+    spec = AssignmentSpec.load("02-positional")
+    line = "angles = positions.to(inv_freq.dtype)[..., None] * inv_freq  # (..., T, d/2)"
+    namespace, _ = _whole_notebook(spec, "positional", edits=[
+        (line, line.replace("positions.to(inv_freq.dtype)", "positions.float()")
+         .replace("* inv_freq ", "* inv_freq.float() "))])
+    student = Submission(InProcessKernel(namespace), nb=None, exchange_dir=tmp_path)
+    with pytest.raises(CheckFailure, match="only rounding apart") as failure:
+        _checks(spec, "test_rope").test_arbitrary_positions_speeds_and_scaling(student)
+    assert "position from `positions`" not in str(failure.value)
