@@ -223,3 +223,16 @@ def test_an_error_names_the_students_function_and_line():
                               "(raised by the check's code, on what your function returned)")
     reply, _ = bridge.respond({"kind": "call", "name": "numbers"}, {})
     assert reply["ok"] and reply["result"] == {"type": "float", "value": 1.5}
+
+
+def test_numpy_numbers_are_numbers_and_arrays_are_refused():
+    import numpy as np
+
+    from autograder.kernel_side import make_bridge
+
+    bridge = make_bridge({"count": lambda: np.int64(512), "array": lambda: np.zeros(3)})
+    reply, _ = bridge.respond({"kind": "call", "name": "count"}, {})
+    assert reply["ok"] and reply["result"] == {"type": "int", "value": 512}
+    reply, _ = bridge.respond({"kind": "call", "name": "array"}, {})
+    assert not reply["ok"] and reply["error"].startswith(
+        "your function returned a numpy.ndarray: return a torch.Tensor")
