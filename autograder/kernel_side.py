@@ -242,11 +242,10 @@ class _AutograderBridge:
             kwargs = {k: self._decode(v, tensors) for k, v in request.get("kwargs", {}).items()}
             result = self._run(request, args, kwargs, tensors)
             reply["result"] = self._encode(result, result_tensors)
-        except _WrongAnswerType as exc:  # the answer, not the code, is the problem
-            reply.update(ok=False, error=str(exc)[: self.MAX_MESSAGE])
-            result_tensors = {}
         except BaseException as exc:  # noqa: B036 - a student's SystemExit is a result too
-            reply.update(ok=False, error=self._describe(exc))
+            # An answer the checks cannot read: the answer, not the code, is the problem.
+            error = str(exc) if isinstance(exc, _WrongAnswerType) else self._describe(exc)
+            reply.update(ok=False, error=error[: self.MAX_MESSAGE])
             result_tensors = {}
         finally:
             self._unguard(undo)
@@ -288,12 +287,10 @@ class _AutograderBridge:
         raise ValueError(f"unknown request kind {kind!r}")
 
     def _describe(self, exc):
-        """``Kind: message (in `function`, line N: the line)``, placed at the last line of
-        the student's own code that the error went through (never this bridge, a library
-        or the check's code): the function names which exercise to open."""
-        where = ""
-        student = [(frame, line) for frame, line in traceback.walk_tb(exc.__traceback__)
-                   if _is_student_code(frame)]
+        """``Kind: message (in `function`, line N: the line)`` at the last line of the
+        notebook's code the error went through: the function says which exercise to open."""
+        where, frames = "", list(traceback.walk_tb(exc.__traceback__))
+        student = [(frame, line) for frame, line in frames if _is_student_code(frame)]
         if student:
             frame, lineno = student[-1]
             code = frame.f_code
@@ -301,12 +298,10 @@ class _AutograderBridge:
             text = linecache.getline(code.co_filename, lineno, frame.f_globals).strip()
             place = f"line {lineno}" if name == "<module>" else f"in `{name}`, line {lineno}"
             where = f" ({place}: {text})" if text else f" ({place})"
-        elif any(frame.f_code.co_filename == "<autograder check>"
-                 for frame, _ in traceback.walk_tb(exc.__traceback__)):
+        elif any(frame.f_code.co_filename == "<autograder check>" for frame, _ in frames):
             where = " (raised by the check's code, on what your function returned)"
-        text = str(exc)
-        return (f"{type(exc).__name__}: {text}{where}" if text
-                else f"{type(exc).__name__}{where}")[: self.MAX_MESSAGE]
+        message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return (message + where)[: self.MAX_MESSAGE]
 
 
 class _WrongAnswerType(Exception):
