@@ -35,7 +35,8 @@ def lab_server_config():
 
 @pytest.fixture(scope="module")
 def workspace(lab_server):
-    """The server's root becomes a course workspace; a solved copy waits in solved/."""
+    """The server's root becomes a course workspace; a solved copy waits in solved/, one
+    with a mistake in its first exercise in mistaken/."""
     from autograder.course import Course, notebook_from_text
     from autograder.submissions import fill_solutions, make_class, released_notebook
 
