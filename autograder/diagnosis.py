@@ -162,9 +162,16 @@ def fingerprint_matches(exchanges: list[Exchange], replies: list[tuple[dict, dic
     if reference is not None and not any(
             map(_replies_differ, replies, reference)):
         return False
-    same = [_answered_alike(exchange, reply) for exchange, reply in
-            zip(exchanges, replies, strict=True)]
-    return all(same) and any(not isinstance(e.outcome, SubmissionError) for e in exchanges)
+    return _all_alike(exchanges, replies) and _gives_a_value(exchanges)
+
+
+def _all_alike(exchanges: list[Exchange], replies: list[tuple[dict, dict]]) -> bool:
+    return all(map(_answered_alike, exchanges, replies))
+
+
+def _gives_a_value(exchanges: list[Exchange]) -> bool:
+    """The student answered at least one request with a value (errors alone prove nothing)."""
+    return any(not isinstance(e.outcome, SubmissionError) for e in exchanges)
 
 
 def _answered_alike(exchange: Exchange, reply: tuple[dict, dict]) -> bool:
@@ -180,14 +187,6 @@ def _answered_alike(exchange: Exchange, reply: tuple[dict, dict]) -> bool:
         return same_answer(outcome, decode_reply(reply, tensors))
     except SubmissionError:
         return False
-
-
-def contradicts(exchanges: list[Exchange], replies: list[tuple[dict, dict]],
-                reference: list[tuple[dict, dict]]) -> bool:
-    """True when the mistake answers these requests wrongly (unlike the solution) and
-    unlike the student: evidence that the student made some other mistake."""
-    return any(map(_replies_differ, replies, reference)) and not all(
-        map(_answered_alike, exchanges, replies))
 
 
 def _passed_in_full(checks: list[CheckRecord], grade_cell: str) -> bool:
@@ -261,10 +260,12 @@ def diagnose(
             exchanges = transcripts[check_key(check)]
             answer = replies[start:start + len(exchanges)]
             start += len(exchanges)
-            if fingerprint_matches(exchanges, answer, reference[check_key(check)]):
+            if not any(map(_replies_differ, answer, reference[check_key(check)])):
+                continue  # the mistake is right on these inputs: no evidence either way
+            if not _all_alike(exchanges, answer):
+                contradicted.add(check.grade_cell)  # wrong, but not as the student was
+            elif _gives_a_value(exchanges):
                 matched.setdefault(check.grade_cell, []).append(check_key(check))
-            elif contradicts(exchanges, answer, reference[check_key(check)]):
-                contradicted.add(check.grade_cell)
         # One check where the mistake would have answered wrongly, but not as the student
         # did, shows that the student's mistake is another one (or more than one): a
         # coincidence on the other checks (fp16's 2 bytes taken for K and V's factor 2)

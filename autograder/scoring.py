@@ -25,9 +25,10 @@ def score_cells(
     "attempted", "upstream"}}``; ``diagnoses`` are
     :meth:`autograder.diagnosis.Diagnosis.as_dict`, ``uses`` is
     :func:`autograder.upstream.exercise_uses` of the notebook."""
-    table = {}
+    table, uses = {}, uses or {}
     for grade_id, max_score in points.items():
         mine = [c for c in checks if c.grade_cell == grade_id]
+        callees = {n for names in uses.get(grade_id, {}).values() for n in names}
         total = sum(c.weight for c in mine)
         # Structural and property checks earn points only next to at least one passing
         # value check: names, shapes and invariances alone are not an implementation.
@@ -41,27 +42,11 @@ def score_cells(
             "total": len(mine),
             "checks": mine,
             "diagnoses": [d for d in diagnoses if d["grade_cell"] == grade_id],
-            "attempted": attempted(mine),
+            "attempted": attempted(mine, callees),
         }
-    uses = uses or {}
-    for grade_id, entry in table.items():
-        # Written, but every check stopped in an earlier exercise's stub: attempted.
-        names = {n for callee in uses.get(grade_id, {}).values() for n in callee}
-        if not entry["attempted"] and _stopped_in(entry["checks"], names):
-            entry["attempted"] = True
     for grade_id, entry in table.items():
         entry["upstream"] = failing_callees(grade_id, table, uses)
     return table
-
-
-_RAISED_IN = re.compile(r"NotImplementedError.*\(in `([^`]+)`")
-
-
-def _stopped_in(checks: list[CheckRecord], names: set[str]) -> bool:
-    """Whether every failing check stopped on a NotImplementedError raised in one of
-    ``names`` (``StaticKVCache.update`` counts as ``StaticKVCache``)."""
-    raised = [_RAISED_IN.search(c.message or "") for c in checks if not c.passed]
-    return bool(raised) and all(m and m[1].split(".")[0] in names for m in raised)
 
 
 def failing_callees(grade_id: str, table: dict, uses: dict) -> list[dict]:
@@ -98,9 +83,20 @@ def gated(check: CheckRecord) -> bool:
     return check.structural or check.property
 
 
-def attempted(checks: list[CheckRecord]) -> bool:
-    """False when every check of an exercise failed on an unimplemented stub."""
-    return not checks or any(c.passed or "NotImplementedError" not in c.message for c in checks)
+def attempted(checks: list[CheckRecord], callees: set[str] = frozenset()) -> bool:
+    """False when every check of an exercise failed on an unimplemented stub of its own;
+    a stub among ``callees`` (earlier exercises' names it calls) is not its own."""
+    def own_stub(check):
+        where = raised_in(check.message)
+        return "NotImplementedError" in check.message and not (
+            where and where.split(".")[0] in callees)  # StaticKVCache.update: StaticKVCache
+    return not checks or any(c.passed or not own_stub(c) for c in checks)
+
+
+def raised_in(message: str) -> str | None:
+    """The student's function an error message places itself in (``in `causal_mask```)."""
+    found = re.search(r"\(in `([^`]+)`", message or "")
+    return found[1] if found else None
 
 
 def cell_report_markdown(grade_id: str, entry: dict) -> str:
@@ -140,9 +136,10 @@ def cell_report_markdown(grade_id: str, entry: dict) -> str:
             line += " (counts once a check of the values passes)"
         if not check.passed and check.message:
             message = readable_message(check.message)
-            first = said.get(_gist(message))
+            gist = _gist(message)
+            first = said.get(gist)
             if first is None:
-                said[_gist(message)] = message
+                said[gist] = message
                 line += f"  \n  {html.escape(message)}"
             else:
                 line += "  \n  (the same reason as above" + (

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from ..scoring import readable_message, upstream_message
+from ..scoring import raised_in, readable_message, upstream_message
 
 _CASE_ID = re.compile(r"\s*\[[^\]]*\]\s*$")
 _HINT = re.compile(r"\.?\s*Hint:\s*", re.IGNORECASE)
@@ -82,8 +82,8 @@ def _submission_error(text: str) -> str:
     """The student's code raised: say which exception, and where its message says so."""
     first = text.strip().splitlines()[0] if text.strip() else ""
     if first.startswith("NotImplementedError"):
-        where = re.search(r"\(in `([^`]+)`", first)
-        return (f"not written yet: `{where.group(1)}` still raises NotImplementedError" if where
+        where = raised_in(first)
+        return (f"not written yet: `{where}` still raises NotImplementedError" if where
                 else "not written yet: the function still raises NotImplementedError")
     return readable_message(f"SubmissionError: {first}") if first else (
         "your code raised an exception")
@@ -138,15 +138,15 @@ def student_view(trusted: dict, visibility: str, order: list[str] | None = None)
             entry = cells[grade_id]
             records = entry.get("checks", [])
             checks = []
+            # Under a failing earlier exercise, its classic mistakes would mislead.
+            upstream = bool(entry.get("upstream"))
             if visibility in ("full", "names"):
                 for record, name in zip(records, check_names(records)):
                     message, hint = student_message(record) if visibility == "full" else (None,
                                                                                            None)
                     # A check a diagnosis explains gets no hint of its own: the diagnosis,
                     # shown first, names the cause, and its own hint would point elsewhere.
-                    # Under a failing earlier exercise, its classic mistakes would mislead too.
                     explained = bool(record.get("cause"))
-                    upstream = bool(entry.get("upstream"))
                     checks.append({
                         "name": name,
                         "passed": bool(record.get("passed")),
