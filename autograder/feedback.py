@@ -25,6 +25,7 @@ from pathlib import Path
 import nbformat
 from latex2mathml.converter import convert as latex_to_mathml
 from nbconvert.exporters import HTMLExporter
+from nbgrader.api import Gradebook
 from nbgrader.preprocessors.base import NbGraderPreprocessor
 from traitlets.config import Config
 
@@ -76,10 +77,30 @@ def _meta(cell) -> dict:
     return cell.metadata.get("nbgrader", {}) or {}
 
 
+def waiting_for_a_person(nb, resources) -> set[str]:
+    """Grade ids of the written answers that no person has graded yet.
+
+    nbgrader's ``GetGrades`` writes such an answer's score as 0.0 (its gradebook sums
+    missing scores as 0); the gradebook still tells "not graded" (neither a manual nor an
+    automatic score) from a 0 given, or from nbgrader's 0 for an answer left unchanged.
+    """
+    written = [_meta(c)["grade_id"] for c in nb.cells
+               if _meta(c).get("grade") and _meta(c).get("solution")]
+    ids = resources.get("nbgrader", {})
+    if not written or "db_url" not in ids:
+        return set()
+    with Gradebook(ids["db_url"]) as gradebook:
+        grades = {gid: gradebook.find_grade(gid, ids["notebook"], ids["assignment"],
+                                            ids["student"]) for gid in written}
+        return {gid for gid, g in grades.items()
+                if g.manual_score is None and g.auto_score is None}
+
+
 class CourseFeedback(NbGraderPreprocessor):
     """Summary of named exercises and points, and offline maths (see the module doc)."""
 
     def preprocess(self, nb, resources):
+        waiting = waiting_for_a_person(nb, resources)
         headings: list[str] = []  # the headings since the last graded part
         parts = []
         for cell in nb.cells:
@@ -95,6 +116,8 @@ class CourseFeedback(NbGraderPreprocessor):
             if not meta.get("grade"):
                 continue
             written = bool(meta.get("solution"))
+            if meta.get("grade_id") in waiting:
+                meta["score"] = None  # the template says "Not graded yet", not "Score: 0.0"
             parts.append({
                 "grade_id": meta.get("grade_id", ""),
                 "name": part_name(headings) or meta.get("grade_id", ""),

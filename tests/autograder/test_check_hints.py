@@ -17,6 +17,9 @@ the mistake oracle and the scoring that writes the feedback.
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -220,3 +223,39 @@ def test_rope_angles_in_float32_hear_about_float64_not_positions(tmp_path):
     with pytest.raises(CheckFailure, match="only rounding apart") as failure:
         _checks(spec, "test_rope").test_arbitrary_positions_speeds_and_scaling(student)
     assert "position from `positions`" not in str(failure.value)
+
+
+def _interpreter_ready() -> bool:
+    """Whether Triton kernels run in its interpreter in this process: TRITON_INTERPRET=1 must
+    be set before the first ``import triton``, which another test may have done already."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    from toolkit.kernels import runtime
+
+    return runtime.HAS_TRITON and runtime._interpreted(runtime.tl.max)
+
+
+def test_dq_written_with_store_hears_about_atomic_add(tmp_path, request):
+    """A backward kernel that stores its dq share keeps one key tile's share per row: dk and
+    dv are right, and the check says which write to change. The right kernel passes."""
+    if not _interpreter_ready():  # run this test again where the interpreter can be had
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", request.node.nodeid, "-q", "-p", "no:cacheprovider"],
+            cwd=request.config.rootpath, env={**os.environ, "TRITON_INTERPRET": "1"},
+            capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-4000:]
+        return
+    spec = AssignmentSpec.load("04-flash-attention")
+    add = "tl.atomic_add(DQ + q_ptrs, dq, mask=row_ok[:, None])  # other key tiles add theirs"
+    checks = _checks(spec, "test_triton_backward")
+    for edits, expect in (([], None), ([(add, "tl.store(DQ + q_ptrs, dq, mask=row_ok[:, None])")],
+                                       "write with tl.atomic_add")):
+        namespace, _ = _whole_notebook(spec, "flash", edits=edits)
+        student = Submission(InProcessKernel(namespace), nb=None, exchange_dir=tmp_path)
+        if expect is None:
+            checks.test_non_causal_mha(student)
+            checks.test_custom_scale_and_tiles(student)
+            continue
+        for check in (checks.test_non_causal_mha, checks.test_custom_scale_and_tiles):
+            with pytest.raises(CheckFailure, match=expect) as failure:
+                check(student)
+            assert "one tile of 16 keys" in str(failure.value)

@@ -203,3 +203,12 @@ def test_feedback_html_is_generated(graded):
     assert result["success"], result.get("log")
     html = (course.path("feedback", "reference", "00-tiny") / "tiny.html").read_text()
     assert "Hidden checks" in html
+    # The written answer waits for a person: its heading and the summary say so, where
+    # nbgrader's page reads "Score: 0.0 / 1.0".
+    assert "Not graded yet: 1\n        point(s), given by a person" in html
+    assert "1 pending" in html and "0 / 1, 1 point(s) not graded yet" in html
+    answer = html[html.index('<a name="why_shift">'):]
+    assert "Score: 0.0" not in answer[:answer.index("panel-body")]
+    # An answer left as released is nbgrader's "No response": 0 points, nothing pending.
+    stub = (course.path("feedback", "stub", "00-tiny") / "tiny.html").read_text()
+    assert "(graded by a person): 0 / 1</li>" in stub and "Not graded yet" not in stub

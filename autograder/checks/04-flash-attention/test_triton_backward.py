@@ -9,7 +9,8 @@ named mistakes get their own messages:
 
 * no ``D``: ``dS = P * dP`` (``dV`` still right, ``dQ`` and ``dK`` wrong);
 * GQA not summed: ``dK``, ``dV`` of one query head of each group instead of the sum;
-* no causal mask in the backward: gradient reaches keys no query with a gradient sees.
+* no causal mask in the backward: gradient reaches keys no query with a gradient sees;
+* ``dQ`` written with ``tl.store``: each key tile overwrites the others' share.
 """
 
 from __future__ import annotations
@@ -66,11 +67,10 @@ def _launch(submission, q, k, v, dout, causal=False, block_m=16, block_n=16, sca
     return got, label
 
 
-def _gradients(q, k, v, dout, causal=False, scale=None, use_delta=True, heads=False):
-    """float64 (dq, dk, dv) from the formulas of the backward, with named deviations.
+def _backward_terms(q, k, v, dout, causal=False, scale=None, use_delta=True):
+    """float64 ``(p, ds, q, k, dout, scale)`` of the backward, K and V repeated per query head.
 
-    ``use_delta=False`` drops D from dS = P * (dP - D); ``heads=True`` returns dk, dv per
-    query head, ``(B, H, N_k, d)``, before the sum over each group.
+    ``use_delta=False`` drops D from dS = P * (dP - D).
     """
     q, k, v, dout = (t.double() for t in (q, k, v, dout))
     g = q.shape[1] // k.shape[1]
@@ -86,6 +86,17 @@ def _gradients(q, k, v, dout, causal=False, scale=None, use_delta=True, heads=Fa
     dp = dout @ v.transpose(-2, -1)  # dP = dO V^T
     delta = (dout * out).sum(-1, keepdim=True) if use_delta else 0.0  # D = rowsum(dO * O)
     ds = p * (dp - delta)  # dS = P * (dP - D)
+    return p, ds, q, k, dout, scale
+
+
+def _gradients(q, k, v, dout, causal=False, scale=None, use_delta=True, heads=False):
+    """float64 (dq, dk, dv) from the formulas of the backward, with named deviations.
+
+    ``use_delta=False`` drops D from dS = P * (dP - D); ``heads=True`` returns dk, dv per
+    query head, ``(B, H, N_k, d)``, before the sum over each group.
+    """
+    g = q.shape[1] // k.shape[1]
+    p, ds, q, k, dout, scale = _backward_terms(q, k, v, dout, causal, scale, use_delta)
     dq = ds @ k * scale
     dk, dv = ds.transpose(-2, -1) @ q * scale, p.transpose(-2, -1) @ dout
     if not heads:
@@ -94,10 +105,29 @@ def _gradients(q, k, v, dout, causal=False, scale=None, use_delta=True, heads=Fa
     return dq, dk, dv
 
 
-def _compare(got, label, q, k, v, dout, causal=False, scale=None, tol=TOL):
+def _dq_tile_shares(q, k, v, dout, causal, scale, block_n):
+    """float64 dq split by key tile, ``(n_tiles, B, H, N_q, d)``: share j = dS[:, tile j] K_j scale.
+
+    The shares sum to dq; a kernel that writes dq with ``tl.store`` keeps one of them per row.
+    """
+    _, ds, _, k, _, scale = _backward_terms(q, k, v, dout, causal, scale)
+    return torch.stack([ds[..., j:j + block_n] @ k[..., j:j + block_n, :] * scale
+                        for j in range(0, k.shape[-2], block_n)])
+
+
+def _compare(got, label, q, k, v, dout, causal=False, scale=None, tol=TOL, block_n=16):
     want = _gradients(q, k, v, dout, causal, scale)
     if all(torch.allclose(x.double(), w, **tol) for x, w in zip(got, want)):
         return
+    if all(torch.allclose(x.double(), w, **tol) for x, w in zip(got[1:], want[1:])):
+        shares = _dq_tile_shares(q, k, v, dout, causal, scale, block_n)
+        one_share = torch.isclose(got[0].double()[None], shares, **tol).all(-1).any(0)
+        if one_share.all():  # every row of dq holds a single key tile's share
+            raise CheckFailure(
+                f"{label}: dk and dv are right, but each row of dq holds the share of one "
+                f"tile of {block_n} keys only, not the sum over all key tiles. Every key tile's "
+                "program adds to the same rows of dq: write with tl.atomic_add (into float32 "
+                "zeros), not tl.store, which keeps whichever tile wrote last")
     no_delta = _gradients(q, k, v, dout, causal, scale, use_delta=False)
     if torch.allclose(got[2].double(), want[2], **tol) and all(
             torch.allclose(x.double(), w, **tol) for x, w in zip(got[:2], no_delta[:2])):
@@ -190,5 +220,5 @@ def test_custom_scale_and_tiles(submission):
     q, k, v, dout = _problem(1, 4, 2, 36, 36, 32, seed=29)
     got, label = _launch(submission, q, k, v, dout, causal=True, block_m=32, block_n=16,
                          scale=0.2)
-    _compare(got, label, q, k, v, dout, causal=True, scale=0.2)
+    _compare(got, label, q, k, v, dout, causal=True, scale=0.2, block_n=16)
 
