@@ -6,7 +6,9 @@
 * :class:`CourseFeedback` runs after nbgrader's ``GetGrades`` and puts a summary at the
   top: every graded part under the name a student knows it by (the heading above it,
   "Exercise 1a: attention weights"), its points, and whether they come from the hidden
-  checks or from a person (written answers), with the totals apart and together.
+  checks or from a person (written answers), with the totals apart and together. A
+  written answer no person has graded yet reads "pending" there and "Not graded yet" above
+  the answer (nbgrader's own page gives it "Score: 0.0").
 * It turns the LaTeX of markdown cells and of the check reports into MathML, which
   browsers draw without any script, so the page needs no network (nbgrader's own template
   loads MathJax from a CDN, and maths stays raw LaTeX offline).

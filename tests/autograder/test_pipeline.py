@@ -8,8 +8,10 @@ import warnings
 
 import nbformat
 import pytest
+from nbgrader.api import Gradebook
 
 from autograder import report
+from autograder.feedback import waiting_for_a_person
 from autograder.grade import grade
 from autograder.submissions import make_class, write_submissions
 
@@ -212,3 +214,17 @@ def test_feedback_html_is_generated(graded):
     # An answer left as released is nbgrader's "No response": 0 points, nothing pending.
     stub = (course.path("feedback", "stub", "00-tiny") / "tiny.html").read_text()
     assert "(graded by a person): 0 / 1</li>" in stub and "Not graded yet" not in stub
+    # Once a person gives points (0 included), the answer no longer waits.
+    ids = {"db_url": course.db_url, "notebook": "tiny", "assignment": "00-tiny",
+           "student": "reference"}
+    nb = nbformat.read(course.path("autograded", "reference", "00-tiny") / "tiny.ipynb", 4)
+    assert waiting_for_a_person(nb, {"nbgrader": ids}) == {"why_shift"}
+    with Gradebook(course.db_url) as gradebook:
+        grade = gradebook.find_grade("why_shift", "tiny", "00-tiny", "reference")
+        grade.manual_score = 0.0
+        gradebook.db.commit()
+        try:
+            assert waiting_for_a_person(nb, {"nbgrader": ids}) == set()
+        finally:
+            grade.manual_score = None
+            gradebook.db.commit()
