@@ -207,10 +207,10 @@ def test_feedback_html_is_generated(graded):
     assert "Hidden checks" in html
     # The written answer waits for a person: its heading and the summary say so, where
     # nbgrader's page reads "Score: 0.0 / 1.0".
-    assert "Not graded yet: 1\n        point(s), given by a person" in html
+    assert "Not graded yet: 1 point(s), given by a person" in html
     assert "1 pending" in html and "0 / 1, 1 point(s) not graded yet" in html
-    answer = html[html.index('<a name="why_shift">'):]
-    assert "Score: 0.0" not in answer[:answer.index("panel-body")]
+    written = html[html.index('<a name="why_shift">'):]
+    assert "Score: 0.0" not in written[:written.index("panel-body")]
     # An answer left as released is nbgrader's "No response": 0 points, nothing pending.
     stub = (course.path("feedback", "stub", "00-tiny") / "tiny.html").read_text()
     assert "(graded by a person): 0 / 1</li>" in stub and "Not graded yet" not in stub
@@ -220,11 +220,11 @@ def test_feedback_html_is_generated(graded):
     nb = nbformat.read(course.path("autograded", "reference", "00-tiny") / "tiny.ipynb", 4)
     assert waiting_for_a_person(nb, {"nbgrader": ids}) == {"why_shift"}
     with Gradebook(course.db_url) as gradebook:
-        grade = gradebook.find_grade("why_shift", "tiny", "00-tiny", "reference")
-        grade.manual_score = 0.0
+        given = gradebook.find_grade("why_shift", "tiny", "00-tiny", "reference")
+        given.manual_score = 0.0
         gradebook.db.commit()
         try:
             assert waiting_for_a_person(nb, {"nbgrader": ids}) == set()
         finally:
-            grade.manual_score = None
+            given.manual_score = None
             gradebook.db.commit()
