@@ -31,9 +31,23 @@ def _is_solution(cell) -> bool:
     return bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution"))
 
 
+#: nbgrader's solution delimiters (its defaults, which the course keeps): a line holding
+#: one of them marks where the released stub replaces the instructor's answer.
+SOLUTION_DELIMITERS = ("BEGIN SOLUTION", "END SOLUTION")
+
+
+def without_delimiters(source: str) -> str:
+    """``source`` without its solution delimiter lines: the answer as a student writes it
+    (a written answer would otherwise show a "BEGIN SOLUTION" heading in the feedback)."""
+    return "\n".join(line for line in source.split("\n")
+                     if not any(mark in line for mark in SOLUTION_DELIMITERS))
+
+
 def fill_solutions(released: nbformat.NotebookNode, source: nbformat.NotebookNode):
-    """The released notebook with every solution cell's source taken from ``source``."""
-    answers = {_grade_id(c): c.source for c in source.cells if _is_solution(c)}
+    """The released notebook with every solution cell's source taken from ``source``
+    (without the solution delimiters, which no student hands in)."""
+    answers = {_grade_id(c): without_delimiters(c.source) for c in source.cells
+               if _is_solution(c)}
     nb = nbformat.from_dict(json.loads(nbformat.writes(released)))
     for cell in nb.cells:
         if _is_solution(cell) and _grade_id(cell) in answers:

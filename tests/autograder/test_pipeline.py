@@ -211,6 +211,8 @@ def test_feedback_html_is_generated(graded):
     assert "1 pending" in html and "0 / 1, 1 point(s) not graded yet" in html
     written = html[html.index('<a name="why_shift">'):]
     assert "Score: 0.0" not in written[:written.index("panel-body")]
+    # The made reference answers as a student would: no solution delimiters in its text.
+    assert "exp overflows for large inputs" in written and "SOLUTION" not in html
     # An answer left as released is nbgrader's "No response": 0 points, nothing pending.
     stub = (course.path("feedback", "stub", "00-tiny") / "tiny.html").read_text()
     assert "(graded by a person): 0 / 1</li>" in stub and "Not graded yet" not in stub
