@@ -1,0 +1,55 @@
+"""How `make test` shares the suite between its pytest-xdist workers.
+
+`make test` runs ``pytest -n 2 --dist loadfile``: each test file goes whole to one
+worker, so a module fixture (a class graded once, a JupyterLab server) is built once.
+Left as it is, xdist hands out the files with the most tests first, and the file of
+`autograder validate` cases, seven tests but about half an hour of work, came last: one
+worker then ran it alone while the other had nothing left to do. Here those cases are
+units of their own (each grades its own throwaway course, so nothing is built twice) and
+the longest units go first, the rest after them in xdist's usual order.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+#: Test files whose tests share no module fixture, each test a unit of its own.
+SPLIT_PER_TEST = ("tests/assignments/test_validate_assignments.py",)
+
+#: The longest units, longest first (minutes each on a 2-core machine): they start at
+#: once, and the short files fill the gaps around them.
+LONGEST_FIRST = (
+    "tests/assignments/test_validate_assignments.py::test_validate[05-blocks]",
+    "tests/assignments/test_validate_assignments.py::test_validate[07-capstone]",
+    "tests/assignments/test_validate_assignments.py::test_validate[04-flash-attention]",
+    "tests/assignments/test_validate_assignments.py::test_validate[06-beyond-attention]",
+    "tests/assignments/test_validate_assignments.py::test_validate[03-efficient-attention]",
+    "tests/assignments/test_validate_assignments.py::test_validate[02-positional]",
+    "tests/assignments/test_validate_assignments.py::test_validate[01-attention]",
+)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadfile":
+        return None  # any other --dist keeps xdist's own scheduler
+    from xdist.scheduler import LoadFileScheduling
+
+    class LongestFirst(LoadFileScheduling):
+        """``--dist loadfile``, with :data:`SPLIT_PER_TEST` split and
+        :data:`LONGEST_FIRST` handed out before everything else."""
+
+        ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return nodeid if path in SPLIT_PER_TEST else path
+
+        def _assign_work_unit(self, node) -> None:
+            if not self.ordered:  # the queue is complete by the first assignment
+                rank = {scope: i for i, scope in enumerate(LONGEST_FIRST)}
+                order = sorted(self.workqueue, key=lambda s: rank.get(s, len(rank)))
+                self.workqueue = OrderedDict((s, self.workqueue[s]) for s in order)
+                self.ordered = True
+            super()._assign_work_unit(node)
+
+    return LongestFirst(config, log)
