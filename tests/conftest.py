@@ -16,16 +16,21 @@ from collections import OrderedDict
 #: Test files whose tests share no module fixture, each test a unit of its own.
 SPLIT_PER_TEST = ("tests/assignments/test_validate_assignments.py",)
 
-#: The longest units, longest first (minutes each on a 2-core machine): they start at
-#: once, and the short files fill the gaps around them.
+#: The longest units, longest first (seconds of wall time each in a `make test` on a
+#: 2-core machine): they start at once, and the short files fill the gaps around them.
+_VALIDATE = "tests/assignments/test_validate_assignments.py::test_validate"
 LONGEST_FIRST = (
-    "tests/assignments/test_validate_assignments.py::test_validate[05-blocks]",
-    "tests/assignments/test_validate_assignments.py::test_validate[07-capstone]",
-    "tests/assignments/test_validate_assignments.py::test_validate[04-flash-attention]",
-    "tests/assignments/test_validate_assignments.py::test_validate[06-beyond-attention]",
-    "tests/assignments/test_validate_assignments.py::test_validate[03-efficient-attention]",
-    "tests/assignments/test_validate_assignments.py::test_validate[02-positional]",
-    "tests/assignments/test_validate_assignments.py::test_validate[01-attention]",
+    f"{_VALIDATE}[05-blocks]",                   # 570
+    f"{_VALIDATE}[07-capstone]",                 # 400
+    "tests/autograder/test_recovery_and_dask.py",  # 260
+    f"{_VALIDATE}[04-flash-attention]",          # 210
+    "tests/browser/test_run_all_released.py",    # 180
+    f"{_VALIDATE}[06-beyond-attention]",         # 125
+    f"{_VALIDATE}[02-positional]",               # 120
+    f"{_VALIDATE}[03-efficient-attention]",      # 115
+    "tests/browser/test_course_panel.py",        # 115
+    "tests/autograder/test_postgres.py",         # 105
+    f"{_VALIDATE}[01-attention]",                # 65
 )
 
 
