@@ -2,12 +2,11 @@
 
 `make test` runs ``pytest -n 2 --dist loadfile``: each test file goes whole to one
 worker, so a module fixture (a class graded once, a JupyterLab server) is built once.
-Left as it is, xdist hands out the files with the most tests first, and the file of
-`autograder validate` cases, seven tests but about half an hour of work, came last: one
-worker then ran it alone while the other had nothing left to do. Here those cases are
-units of their own (each grades its own throwaway course, so nothing is built twice) and
-the longest units go first, the rest after them in xdist's usual order.
-"""
+Left as it is, xdist hands out the files with the most tests first, so the file of
+`autograder validate` cases (seven tests, close to half of the suite's work) went to one
+worker as one unit, late in the run. Here each of those cases is a unit of its own (each
+grades its own throwaway course, so nothing is built twice) and the longest units start
+first, the rest following in xdist's usual order."""
 
 from __future__ import annotations
 
