@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import nbformat
+from nbgrader.preprocessors import ClearSolutions
 from tqdm import tqdm
 
 from .course import AssignmentSpec, Course, CourseError, Mutant, notebook_from_text
@@ -31,9 +32,12 @@ def _is_solution(cell) -> bool:
     return bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution"))
 
 
-#: nbgrader's solution delimiters (its defaults, which the course keeps): a line holding
-#: one of them marks where the released stub replaces the instructor's answer.
-SOLUTION_DELIMITERS = ("BEGIN SOLUTION", "END SOLUTION")
+#: nbgrader's solution delimiters (ClearSolutions' defaults, which the course keeps): a
+#: line holding one of them marks where the released stub replaces the instructor's answer.
+SOLUTION_DELIMITERS = tuple(
+    ClearSolutions.class_traits()[name].default_value
+    for name in ("begin_solution_delimeter", "end_solution_delimeter")  # nbgrader's spelling
+)
 
 
 def without_delimiters(source: str) -> str:
