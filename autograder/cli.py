@@ -37,6 +37,9 @@ def cmd_init(args) -> int:
 
 
 def cmd_release(args) -> int:
+    if args.all and args.name:
+        raise CourseError(f"release {args.name} or --all, not both: `autograder release "
+                          f"{args.name}` releases it whatever its date")
     course = _course(args)
     if not (course.root / "nbgrader_config.py").exists():
         course.init()
@@ -146,7 +149,10 @@ def cmd_roster(args) -> int:
 
 def cmd_feedback(args) -> int:
     course = _course(args)
-    course.require()
+    course.require_released(args.name)
+    if not any(course.path("autograded").glob(f"*/{args.name}")):
+        raise CourseError(f"no graded submission of {args.name} yet: run "
+                          f"`{course.command(f'grade {args.name}')}` first")
     result = course.nbgrader_api().generate_feedback(args.name, force=True)
     if not result.get("success"):
         raise CourseError(
@@ -179,6 +185,25 @@ def cmd_demo(args) -> int:
     root = demo(args.dir, assignments=args.assignment, workers=args.workers)
     print(f"\nDemo finished. Workspace and reports: {root}")
     return 0
+
+
+def _positive(kind):
+    """An argparse type: a number of ``kind`` above zero (argparse names the option)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            what = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text} must be above 0")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse's message says "invalid int value" otherwise
+    return parse
+
+
+COUNT, SECONDS = _positive(int), _positive(float)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,10 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("grade", cmd_grade, "grade submissions (sandboxed kernels, hidden checks)")
     p.add_argument("name", help="the assignment to grade")
     p.add_argument("--student", action="append", help="only this student (repeatable)")
-    p.add_argument("--workers", type=int, default=None, help="parallel kernels (default: cores)")
+    p.add_argument("--workers", type=COUNT, default=None, help="parallel kernels (default: cores)")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address, e.g. tcp://host:8786")
     p.add_argument("--force", action="store_true", help="grade again submissions already graded")
-    p.add_argument("--cell-timeout", type=float, default=None, help="override seconds per cell")
+    p.add_argument("--cell-timeout", type=SECONDS, default=None, help="override seconds per cell")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p = add("report", cmd_report, "scores, diagnosed mistakes and item analysis")
     p.add_argument("name", help="the assignment to report on")
@@ -252,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="list pairs of near-copies (and copies of the reference) instead of scores",
     )
     p.add_argument("--threshold", type=float, default=None, help="similarity flag (default 0.6)")
-    p.add_argument("--min-tokens", type=int, default=None, help="shortest exercise compared")
+    p.add_argument("--min-tokens", type=COUNT, default=None, help="shortest exercise compared")
     p.add_argument("--html", type=Path, default=None, help="similarity page (default: reports/)")
     p = add("export", cmd_export, "grades per student and exercise: CSV, Canvas CSV or JSON")
     p.add_argument("name")
@@ -273,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
             "on a throwaway course: reference full marks, stub and constant answers zero, "
             "every named mutant caught")
     p.add_argument("name", nargs="?", help="one assignment (default: all of them)")
-    p.add_argument("--workers", type=int, default=None, help="parallel kernels (default: cores)")
+    p.add_argument("--workers", type=COUNT, default=None, help="parallel kernels (default: cores)")
     p = add("new", cmd_new, "a new assignment from the minimal example, ready to validate")
     p.add_argument("name", help="folder name, e.g. 05-blocks (in assignments/, or in "
                    "AUTOGRADER_ASSIGNMENTS)")
@@ -282,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("demo", cmd_demo, "the whole loop end to end on a throwaway course")
     p.add_argument("--dir", default=None, help="where to put the demo course (default: a temp dir)")
     p.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
-    p.add_argument("--workers", type=int, default=2, help="parallel kernels (default: 2)")
+    p.add_argument("--workers", type=COUNT, default=2, help="parallel kernels (default: 2)")
     return parser
 
 

@@ -140,9 +140,23 @@ class Course:
 
     def require(self) -> None:
         if not (self.root / "nbgrader_config.py").is_file():
-            raise CourseError(
-                f"{self.root} is not a course workspace: run `autograder init --course {self.root}`"
-            )
+            raise CourseError(f"{self.root} is not a course workspace: run "
+                              f"`autograder init --course {self.root}`")
+
+    def command(self, words: str) -> str:
+        """``autograder <words>`` as the user should type it for this workspace."""
+        default = self.root == Path(DEFAULT_COURSE_DIR).resolve()
+        return f"autograder {words}" + ("" if default else f" --course {self.root}")
+
+    def require_released(self, name: str) -> None:
+        """Refuse, with what to run, an assignment the gradebook does not know yet: collect,
+        grade, report, feedback and export all read what its release wrote there."""
+        self.require()
+        self.spec(name)  # an unknown name is told apart from one not yet released
+        with self.gradebook() as gb:
+            if not any(a.name == name for a in gb.assignments):
+                raise CourseError(f"'{name}' has not been released: run "
+                                  f"`{self.command(f'release {name}')}` first")
 
     # -- set-up --------------------------------------------------------------------
     def init(self, db_url: str | None = None) -> None:
@@ -278,8 +292,7 @@ class Course:
     def collect(self, name: str) -> list[str]:
         """Copy what students submitted through the exchange into ``submitted/`` (newest
         submission of each student); returns the students collected."""
-        self.require()
-        self.spec(name)
+        self.require_released(name)
         api = self.nbgrader_api()
         self._nbgrader_exchange(api, "Collect", name, update=True)
         return self.students_with_submissions(name)

@@ -64,8 +64,9 @@ def _exercises(gb, course: Course, name: str) -> list[dict]:
         assignment = gb.find_assignment(name)
     except MissingEntry:
         raise CourseError(
-            f"the gradebook has no assignment '{name}': run `autograder release {name}` "
-            "and `autograder grade` first"
+            f"the gradebook has no assignment '{name}': run "
+            f"`{course.command(f'release {name}')}` and `{course.command(f'grade {name}')}` "
+            "first"
         ) from None
     exercises = []
     for notebook in sorted(assignment.notebooks, key=lambda nb: nb.name):

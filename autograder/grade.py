@@ -114,18 +114,11 @@ def grade(
     cell_timeout: float | None = None,
 ) -> dict:
     """Grade an assignment. Returns ``{"graded": [...], "skipped": [...], "isolation": ...}``."""
-    course.require()
+    course.require_released(name)
     spec = course.spec(name)
     if cell_timeout:
         limits = dataclasses.replace(spec.limits, cell_timeout=cell_timeout)
         spec = dataclasses.replace(spec, limits=limits)
-    with course.gradebook() as gb:
-        try:
-            gb.find_assignment(spec.name)
-        except Exception:
-            raise CourseError(
-                f"'{name}' has not been released: run `autograder release {name}`"
-            ) from None
     all_students = students or course.students_with_submissions(spec.name)
     if not all_students:
         log(

@@ -27,7 +27,7 @@ from .sanitize import grade_cell_ids
 
 def collect(course: Course, name: str) -> list[dict]:
     """One record per student with a results file, sorted by student id."""
-    course.require()
+    course.require_released(name)
     spec = course.spec(name)
     records = []
     with course.gradebook() as gb:

@@ -61,7 +61,7 @@ def _read(path: Path) -> dict | None:
 
 def load(course: Course, name: str) -> tuple[dict, dict, list[str]]:
     """(``{student: {exercise: Region}}``, reference regions, notes on unreadable work)."""
-    course.require()
+    course.require_released(name)
     spec = course.spec(name)
     students: dict[str, dict[str, Region]] = {s: {} for s in course.students_with_submissions(name)}
     reference: dict[str, Region] = {}
@@ -70,7 +70,8 @@ def load(course: Course, name: str) -> tuple[dict, dict, list[str]]:
         released = _read(course.path("release", name, f"{nb_id}.ipynb"))
         source = _read(course.path("source", name, f"{nb_id}.ipynb"))
         if released is None or source is None:
-            raise CourseError(f"'{name}' has not been released: run `autograder release {name}`")
+            raise CourseError(f"'{name}' has not been released: run "
+                              f"`{course.command(f'release {name}')}`")
         scaffold = _code_solution_cells(released)
         code = [c.get("source", "") for c in released["cells"] if c.get("cell_type") == "code"]
         given = given_names(["".join(src) for src in code])
