@@ -31,7 +31,7 @@ class NotGradable(Exception):
 def read_submission(path: Path) -> nbformat.NotebookNode:
     """Read a submitted notebook, turning every way it can be broken into NotGradable."""
     if not path.is_file():
-        raise NotGradable(f"{path.name} is missing from the submission")
+        raise NotGradable(f"{path.name} is missing from the submission{_found_instead(path)}")
     size = path.stat().st_size
     if size == 0:
         raise NotGradable(f"{path.name} is empty")
@@ -48,6 +48,20 @@ def read_submission(path: Path) -> nbformat.NotebookNode:
     except Exception as exc:
         raise NotGradable(f"{path.name} could not be read as a notebook ({exc})"[:300]) from None
     return nb
+
+
+def _found_instead(path: Path) -> str:
+    """The other notebooks handed in (a renamed copy, one in a sub-folder), for the note:
+    which one is the work is for a person to decide, never for the grader to guess."""
+    if not path.parent.is_dir():
+        return ""
+    others = sorted(str(p.relative_to(path.parent)) for p in path.parent.rglob("*.ipynb")
+                    if ".ipynb_checkpoints" not in p.parts)
+    if not others:
+        return ""
+    shown = ", ".join(repr(name) for name in others[:5]) + (", ..." if len(others) > 5 else "")
+    return (f"; it holds {shown}: if that is the work, move it to {path.name} at the top of "
+            "the submission folder and grade this student again with --force")
 
 
 def _source(cell) -> str:

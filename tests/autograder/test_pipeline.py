@@ -51,6 +51,8 @@ def _extra_students(course, spec):
             )
         ),
         "empty-file": {"tiny": b""},
+        # Saved under another name by the browser or the file manager.
+        "renamed-notebook": {"tiny (1)": base},
     }
 
 
@@ -72,7 +74,7 @@ def graded(tiny_course):
 def test_every_submission_is_graded(graded):
     _, first, records, _ = graded
     assert sorted(first["graded"]) == sorted(records)
-    assert len(records) == 14
+    assert len(records) == 15
 
 
 def test_constant_answers_earn_nothing(graded):
@@ -129,7 +131,10 @@ def test_a_cell_that_kills_the_kernel_is_survived(graded):
 
 
 @pytest.mark.parametrize(
-    "student,reason", [("broken-not-json", "not valid notebook JSON"), ("empty-file", "empty")]
+    "student,reason", [("broken-not-json", "not valid notebook JSON"), ("empty-file", "empty"),
+                       ("renamed-notebook", "tiny.ipynb is missing from the submission; it "
+                                            "holds 'tiny (1).ipynb': if that is the work, move "
+                                            "it to tiny.ipynb")]
 )
 def test_unreadable_notebooks_score_zero_with_a_reason(graded, student, reason):
     rec = graded[2][student]
