@@ -6,7 +6,9 @@ fills those in, before or after grading (re-importing updates rows, grades are k
 
 The file has a header row with ``id`` (the nbgrader student id, as students submit
 under it) and any of ``first_name``, ``last_name``, ``email``, ``lms_user_id``: the
-columns nbgrader's own ``nbgrader db student import`` reads. Every row is checked
+columns nbgrader's own ``nbgrader db student import`` reads. A spreadsheet's export is
+read as it comes: a byte-order mark, ``;`` or tabs between the columns, and headers such
+as ``ID`` or ``First Name`` are all accepted. Every row is checked
 before the gradebook is touched, so a bad file changes nothing and the error names the
 line to fix.
 """
@@ -35,8 +37,13 @@ def read_roster(path: Path) -> dict[str, dict[str, str | None]]:
                           f"{','.join(FIELDS)})") from None
     except UnicodeDecodeError:
         raise CourseError(f"{path}: not UTF-8 text; save the roster as CSV UTF-8") from None
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    header = [name.strip() for name in reader.fieldnames or []]
+    # Spreadsheets set to a decimal-comma locale write ";" between columns, and some
+    # exports use tabs: the header line says which (a comma, if it has one, wins).
+    first = text.split("\n", 1)[0]
+    delimiter = next((d for d in ",;\t" if d in first), ",")
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
+    # "First Name" and "ID" are what a person types for first_name and id.
+    header = [name.strip().lower().replace(" ", "_") for name in reader.fieldnames or []]
     if ID not in header:
         raise CourseError(f"{path}: line 1 must name the columns, with `id` (the nbgrader "
                           f"student id) among them; found {header or 'nothing'}")

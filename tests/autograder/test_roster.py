@@ -71,3 +71,16 @@ def test_the_command_reports_what_it_did(course, tmp_path, capsys):
     roster.write_text("id,first_name,last_name\nada,Ada,Lovelace\n")
     assert main(["roster", str(roster), "--course", str(course.root)]) == 0
     assert "1 student(s) added, 0 updated" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text", [
+    "\ufeffid,first_name,last_name\r\nada,Ada,Lovelace\r\n",  # Excel's "CSV UTF-8"
+    "id;first_name;last_name\nada;Ada;Lovelace\n",  # a decimal-comma locale
+    "id\tfirst_name\tlast_name\nada\tAda\tLovelace\n",  # tab-separated
+    "ID,First Name,Last Name\nada,Ada,Lovelace\n",  # headers typed by a person
+])
+def test_spreadsheet_dialects_read_the_same(course, tmp_path, text):
+    roster = tmp_path / "class.csv"
+    roster.write_text(text, encoding="utf-8")
+    assert import_roster(course, roster) == (1, 0)
+    assert _students(course) == {"ada": ("Ada", "Lovelace", None, None)}
