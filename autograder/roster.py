@@ -8,9 +8,8 @@ The file has a header row with ``id`` (the nbgrader student id, as students subm
 under it) and any of ``first_name``, ``last_name``, ``email``, ``lms_user_id``: the
 columns nbgrader's own ``nbgrader db student import`` reads. A spreadsheet's export is
 read as it comes: a byte-order mark, ``;`` or tabs between the columns, and headers such
-as ``ID`` or ``First Name`` are all accepted. Every row is checked
-before the gradebook is touched, so a bad file changes nothing and the error names the
-line to fix.
+as ``ID`` or ``First Name`` are all accepted. Every row is checked before the gradebook
+is touched, so a bad file changes nothing and the error names the line to fix.
 """
 
 from __future__ import annotations
