@@ -67,12 +67,13 @@ def cmd_release(args) -> int:
         entry = outline.assignment(name)
         if args.all and entry and not entry.released_by(now):
             print(f"Not yet: {name} is released on {entry.release} "
-                  f"(`autograder release {name}` releases it now)")
+                  f"(`{course.command(f'release {name}')}` releases it now)")
             continue
         edited = course.edited_release(name)
         if edited and not args.force:
             print(f"Kept {course.path('release', name)}: {', '.join(edited)} holds answers "
-                  f"written since release (`autograder release {name} --force` replaces it)")
+                  f"written since release (`{course.command(f'release {name} --force')}` "
+                  "replaces it)")
             continue
         print(f"Released {name}: {course.release(name, exchange=not args.no_exchange)}")
         released.append(name)

@@ -81,7 +81,9 @@ def test_release_all_keeps_answers_written_in_release(tmp_path, capsys):
     released.write_text(answered)
     assert course.edited_release("01-attention") == ["attention.ipynb"]
     assert main(["release", "--all", "--course", str(workspace)]) == 0
-    assert "Kept" in capsys.readouterr().out and "return 42" in released.read_text()
+    out = capsys.readouterr().out
+    assert "Kept" in out and "return 42" in released.read_text()
+    assert f"`autograder release 01-attention --force --course {course.root}` replaces" in out
 
 
 def test_messages_lose_values_inputs_and_student_text():
