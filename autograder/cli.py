@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import sys
 from pathlib import Path
 
@@ -114,8 +115,26 @@ def cmd_grade(args) -> int:
     return 0
 
 
+def _output(path: Path | None) -> Path | None:
+    """A file the command will write: its folder is made if missing, and a path that
+    cannot be written is refused before any work is done."""
+    if path is None:
+        return None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CourseError(f"{path}: cannot make its folder ({exc.strerror})") from None
+    if path.is_dir():
+        raise CourseError(f"{path} is a folder: name a file in it")
+    if not os.access(path.parent, os.W_OK) or path.exists() and not os.access(path, os.W_OK):
+        raise CourseError(f"{path}: not writable by this user; name another file")
+    return path
+
+
 def cmd_report(args) -> int:
     from . import report
+
+    args.plot, args.html = _output(args.plot), _output(args.html)
 
     if args.similarity:
         from . import similarity_report
@@ -136,6 +155,8 @@ def cmd_report(args) -> int:
 
 def cmd_export(args) -> int:
     from . import export
+
+    args.output = _output(args.output)
 
     return export.main(_course(args), args)
 

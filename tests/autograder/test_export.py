@@ -93,3 +93,11 @@ def test_canvas_file_reads_as_canvas_gradebook_import(graded, tmp_path):
 def test_export_of_an_unknown_assignment_says_what_to_do(graded, capsys):
     assert main(["export", "99-nothing", "--course", str(graded.root)]) == 2
     assert "autograder release 99-nothing" in capsys.readouterr().err
+
+
+def test_output_goes_into_a_new_folder_and_a_folder_is_refused(graded, tmp_path, capsys):
+    target = tmp_path / "term-1" / "grades.csv"
+    assert main(["export", NAME, "--output", str(target), "--course", str(graded.root)]) == 0
+    assert target.read_text().startswith("assignment,student_id,")
+    assert main(["export", NAME, "--output", str(tmp_path), "--course", str(graded.root)]) == 2
+    assert f"{tmp_path} is a folder: name a file in it" in capsys.readouterr().err
