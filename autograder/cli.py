@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import sys
 from pathlib import Path
 
+from .arguments import COUNT, SECONDS, output_file
 from .course import Course, CourseError, available_assignments
 
 
@@ -115,26 +115,10 @@ def cmd_grade(args) -> int:
     return 0
 
 
-def _output(path: Path | None) -> Path | None:
-    """A file the command will write: its folder is made if missing, and a path that
-    cannot be written is refused before any work is done."""
-    if path is None:
-        return None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CourseError(f"{path}: cannot make its folder ({exc.strerror})") from None
-    if path.is_dir():
-        raise CourseError(f"{path} is a folder: name a file in it")
-    if not os.access(path.parent, os.W_OK) or path.exists() and not os.access(path, os.W_OK):
-        raise CourseError(f"{path}: not writable by this user; name another file")
-    return path
-
-
 def cmd_report(args) -> int:
     from . import report
 
-    args.plot, args.html = _output(args.plot), _output(args.html)
+    args.plot, args.html = output_file(args.plot), output_file(args.html)
 
     if args.similarity:
         from . import similarity_report
@@ -156,7 +140,7 @@ def cmd_report(args) -> int:
 def cmd_export(args) -> int:
     from . import export
 
-    args.output = _output(args.output)
+    args.output = output_file(args.output)
 
     return export.main(_course(args), args)
 
@@ -207,25 +191,6 @@ def cmd_demo(args) -> int:
     root = demo(args.dir, assignments=args.assignment, workers=args.workers)
     print(f"\nDemo finished. Workspace and reports: {root}")
     return 0
-
-
-def _positive(kind):
-    """An argparse type: a number of ``kind`` above zero (argparse names the option)."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            what = "a whole number" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{text} must be above 0")
-        return value
-
-    parse.__name__ = kind.__name__  # argparse's message says "invalid int value" otherwise
-    return parse
-
-
-COUNT, SECONDS = _positive(int), _positive(float)
 
 
 def build_parser() -> argparse.ArgumentParser:
