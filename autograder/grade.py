@@ -223,7 +223,16 @@ def _execute(jobs: list[Job], workers: int | None, scheduler: str | None):
         from distributed import Client
         from distributed import as_completed as dask_completed
 
-        with Client(scheduler, timeout="30s") as client:
+        try:
+            client = Client(scheduler, timeout="30s")
+        except (OSError, ValueError, TypeError) as exc:  # nobody answers; not an address
+            raise CourseError(
+                f"--scheduler {scheduler}: no Dask scheduler reached ({exc}); start one "
+                "(`dask scheduler`, then `dask worker ADDRESS` on each machine) or leave "
+                "--scheduler out to grade on this machine; what is left is graded when the "
+                "command runs again."
+            ) from None
+        with client:
             futures = {
                 client.submit(
                     _run_job,

@@ -234,3 +234,18 @@ def test_grading_through_a_dask_cluster(tiny_course, dask_cluster):
     assert records["dask-ref"]["score"] == 2.0
     assert records["dask-stub"]["score"] == 0.0
     assert records["dask-mutant"]["score"] < 2.0
+
+
+def test_a_scheduler_that_cannot_be_reached_is_named_and_nothing_is_recorded(tiny_course):
+    from autograder.course import CourseError
+
+    course = tiny_course
+    spec = course.spec("00-tiny")
+    write_submissions(course, spec, {"no-cluster": make_class(course, spec)["reference"]})
+    with pytest.raises(CourseError, match="--scheduler nonsense: no Dask scheduler reached"):
+        grade(course, "00-tiny", students=["no-cluster"], scheduler="nonsense", progress=False,
+              log=lambda *a: None)
+    assert not course.results_dir("00-tiny").joinpath("no-cluster.json").exists()
+    # Without --scheduler the same command grades it.
+    assert grade(course, "00-tiny", students=["no-cluster"], workers=1, progress=False,
+                 log=lambda *a: None)["graded"] == ["no-cluster"]
