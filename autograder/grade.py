@@ -11,10 +11,14 @@ submissions that had not finished, unless ``force`` is given.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import os
+import socket
 import sys
+import time
 from concurrent.futures import as_completed
 from pathlib import Path
 
@@ -115,6 +119,40 @@ def grade(
 ) -> dict:
     """Grade an assignment. Returns ``{"graded": [...], "skipped": [...], "isolation": ...}``."""
     course.require_released(name)
+    with _one_grader(course, name):
+        return _grade(course, name, students, workers, scheduler, force, progress, log,
+                      cell_timeout)
+
+
+@contextlib.contextmanager
+def _one_grader(course: Course, name: str):
+    """Hold the assignment's grading lock, or refuse: two runs at once (a second terminal,
+    formgrader's Autograde button) would each pick the same pending submissions. The
+    lock goes with the process, however it ends, even by ``kill -9``."""
+    folder = course.results_dir(name)
+    with writer.stop_on_full_disk(course):  # the lock file is the run's first write
+        folder.mkdir(parents=True, exist_ok=True)
+        # Unbuffered: a note that finds no room is not written again when the file closes.
+        lock = open(folder / ".grading.lock", "a+b", buffering=0)
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().decode(errors="replace").strip() or "another process"
+            raise CourseError(f"{name} is being graded already ({holder}): wait for that run "
+                              "to finish, or stop it, then run this command again") from None
+        try:  # who holds it, for the message a second run prints
+            lock.seek(0)
+            lock.truncate()
+            lock.write(f"process {os.getpid()} on {socket.gethostname()}, since "
+                       f"{time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+        except OSError:
+            pass  # no room for the note: the lock holds all the same
+        yield
+
+
+def _grade(course, name, students, workers, scheduler, force, progress, log, cell_timeout):
     spec = course.spec(name)
     if cell_timeout:
         limits = dataclasses.replace(spec.limits, cell_timeout=cell_timeout)

@@ -67,7 +67,7 @@ def _disk_full_message(course: Course, free: int | None) -> str:
 
 
 @contextlib.contextmanager
-def _stop_on_full_disk(course: Course):
+def stop_on_full_disk(course: Course):
     """Turn a write that failed for lack of space into :class:`DiskFull`."""
     try:
         yield
@@ -167,7 +167,7 @@ def record(
     # Room for the notebook, the files beside it, and the gradebook's rows and journal.
     needed = len(text or "") + sum(item.stat().st_size for item in extra) + MiB
     ensure_room(course, needed)
-    with _stop_on_full_disk(course):
+    with stop_on_full_disk(course):
         autograded.mkdir(parents=True, exist_ok=True)
         if text is not None:
             _atomic_write(autograded / f"{notebook_id}.ipynb", text)

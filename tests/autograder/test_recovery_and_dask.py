@@ -249,3 +249,33 @@ def test_a_scheduler_that_cannot_be_reached_is_named_and_nothing_is_recorded(tin
     # Without --scheduler the same command grades it.
     assert grade(course, "00-tiny", students=["no-cluster"], workers=1, progress=False,
                  log=lambda *a: None)["graded"] == ["no-cluster"]
+
+
+def test_a_second_grader_of_the_same_assignment_is_refused_until_the_first_ends(tiny_course):
+    import fcntl
+
+    from autograder.course import CourseError
+
+    course = tiny_course
+    lock_file = course.results_dir("00-tiny") / ".grading.lock"
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    # A first grader (a subprocess holding the lock, as `autograder grade` does).
+    first = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys, time\n"
+         f"f = open({str(lock_file)!r}, 'a+'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+         "f.seek(0); f.truncate(); f.write('process 1234 on grader-1'); f.flush()\n"
+         "print('held', flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline().strip() == "held"
+        with pytest.raises(CourseError, match=r"00-tiny is being graded already \(process 1234 "
+                                              r"on grader-1\)"):
+            grade(course, "00-tiny", workers=1, progress=False, log=lambda *a: None)
+    finally:
+        first.kill()
+        first.wait()
+    # Once it is gone (even killed), the lock is free again.
+    grade(course, "00-tiny", workers=1, progress=False, log=lambda *a: None)
+    with open(lock_file) as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody holds it after the run
+        assert f"process {os.getpid()}" in f.read()
