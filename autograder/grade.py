@@ -263,7 +263,7 @@ def _execute(jobs: list[Job], workers: int | None, scheduler: str | None):
 
         try:
             client = Client(scheduler, timeout="30s")
-        except (OSError, ValueError, TypeError) as exc:  # nobody answers; not an address
+        except (OSError, ValueError) as exc:  # nobody answers; not an address
             raise CourseError(
                 f"--scheduler {scheduler}: no Dask scheduler reached ({exc}); start one "
                 "(`dask scheduler`, then `dask worker ADDRESS` on each machine) or leave "
