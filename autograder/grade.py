@@ -101,9 +101,20 @@ def pending_students(course: Course, spec: AssignmentSpec, students, force: bool
     for student in chosen:
         done = writer.read_result_file(course, spec.name, student)
         digest = submission_digest(course.path("submitted", student, spec.name))
-        if force or not done or done.get("digest") != digest:
+        if force or not done or done.get("digest") != digest or _lost(course, spec, done):
             todo[student] = digest
     return todo
+
+
+def _lost(course: Course, spec: AssignmentSpec, done: dict) -> bool:
+    """Whether an autograded notebook this student's results file vouches for is gone:
+    formgrader deletes a student's autograded folder when its Autograde fails (the
+    assignment busy, say), and feedback and manual grading need the notebook back."""
+    folder = course.path("autograded", done.get("student", ""), spec.name)
+    # (A results file older than the "autograded" key: a notebook that ran has checks.)
+    return any(summary.get("autograded", bool(summary.get("checks")))
+               and not (folder / f"{nb_id}.ipynb").is_file()
+               for nb_id, summary in done.get("notebooks", {}).items())
 
 
 def grade(

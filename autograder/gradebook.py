@@ -178,6 +178,7 @@ def record(
                          submission_dir, graded=nb is not None)
     return {
         "notebook_id": notebook_id,
+        "autograded": text is not None,  # whether autograded/ holds the notebook
         "cells": {gid: {k: v for k, v in e.items() if k != "checks"} for gid, e in table.items()},
         "checks": [check.as_dict() for check in result.checks],
         "diagnoses": result.diagnoses,

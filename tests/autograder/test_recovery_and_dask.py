@@ -279,3 +279,22 @@ def test_a_second_grader_of_the_same_assignment_is_refused_until_the_first_ends(
     with open(lock_file) as f:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody holds it after the run
         assert f"process {os.getpid()}" in f.read()
+
+
+def test_an_autograded_notebook_that_formgrader_removed_is_written_again(tiny_course):
+    import shutil
+
+    course = tiny_course
+    spec = course.spec("00-tiny")
+    write_submissions(course, spec, {"lost-notebook": make_class(course, spec)["reference"]})
+
+    def run():
+        return grade(course, "00-tiny", students=["lost-notebook"], workers=1, progress=False,
+                     log=lambda *a: None)
+
+    run()
+    notebook = course.path("autograded", "lost-notebook", "00-tiny", "tiny.ipynb")
+    assert notebook.is_file()
+    shutil.rmtree(notebook.parent)  # what formgrader does when its Autograde fails
+    assert run()["graded"] == ["lost-notebook"] and notebook.is_file()
+    assert run()["skipped"] == ["lost-notebook"]  # and, once it is back, it is skipped
