@@ -148,15 +148,16 @@ class Course:
         default = self.root == Path(DEFAULT_COURSE_DIR).resolve()
         return f"autograder {words}" + ("" if default else f" --course {self.root}")
 
-    def require_released(self, name: str) -> None:
-        """Refuse, with what to run, an assignment the gradebook does not know yet: collect,
-        grade, report, feedback and export all read what its release wrote there."""
+    def require_released(self, name: str) -> AssignmentSpec:
+        """The spec of a released assignment; refuses, with what to run, one the gradebook
+        does not know yet (collect, grade, report and feedback read what release wrote)."""
         self.require()
-        self.spec(name)  # an unknown name is told apart from one not yet released
+        spec = self.spec(name)  # an unknown name is told apart from one not yet released
         with self.gradebook() as gb:
             if not any(a.name == name for a in gb.assignments):
                 raise CourseError(f"'{name}' has not been released: run "
                                   f"`{self.command(f'release {name}')}` first")
+        return spec
 
     # -- set-up --------------------------------------------------------------------
     def init(self, db_url: str | None = None) -> None:

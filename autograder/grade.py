@@ -129,9 +129,9 @@ def grade(
     cell_timeout: float | None = None,
 ) -> dict:
     """Grade an assignment. Returns ``{"graded": [...], "skipped": [...], "isolation": ...}``."""
-    course.require_released(name)
+    spec = course.require_released(name)
     with _one_grader(course, name):
-        return _grade(course, name, students, workers, scheduler, force, progress, log,
+        return _grade(course, spec, students, workers, scheduler, force, progress, log,
                       cell_timeout)
 
 
@@ -163,8 +163,7 @@ def _one_grader(course: Course, name: str):
         yield
 
 
-def _grade(course, name, students, workers, scheduler, force, progress, log, cell_timeout):
-    spec = course.spec(name)
+def _grade(course, spec, students, workers, scheduler, force, progress, log, cell_timeout):
     if cell_timeout:
         limits = dataclasses.replace(spec.limits, cell_timeout=cell_timeout)
         spec = dataclasses.replace(spec, limits=limits)

@@ -27,8 +27,7 @@ from .sanitize import grade_cell_ids
 
 def collect(course: Course, name: str) -> list[dict]:
     """One record per student with a results file, sorted by student id."""
-    course.require_released(name)
-    spec = course.spec(name)
+    spec = course.require_released(name)
     records = []
     with course.gradebook() as gb:
         manual_ids = {nb: grade_cell_ids(gb, nb, spec.name)[1] for nb in spec.notebooks}

@@ -61,8 +61,7 @@ def _read(path: Path) -> dict | None:
 
 def load(course: Course, name: str) -> tuple[dict, dict, list[str]]:
     """(``{student: {exercise: Region}}``, reference regions, notes on unreadable work)."""
-    course.require_released(name)
-    spec = course.spec(name)
+    spec = course.require_released(name)
     students: dict[str, dict[str, Region]] = {s: {} for s in course.students_with_submissions(name)}
     reference: dict[str, Region] = {}
     notes: list[str] = []
