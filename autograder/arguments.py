@@ -28,6 +28,14 @@ def _positive(kind):
 COUNT, SECONDS = _positive(int), _positive(float)
 
 
+def FRACTION(text: str) -> float:  # noqa: N802 - an argparse type, named like COUNT
+    """An argparse type: a share in (0, 1], such as 0.6 (60%)."""
+    value = _positive(float)(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"{text} is above 1: give a share such as 0.6 for 60%")
+    return value
+
+
 def output_file(path: Path | None) -> Path | None:
     """A file the command will write: its folder is made if missing, and a path that
     cannot be written is refused before any work is done."""
@@ -42,3 +50,22 @@ def output_file(path: Path | None) -> Path | None:
     if not os.access(path.parent, os.W_OK) or path.exists() and not os.access(path, os.W_OK):
         raise CourseError(f"{path}: not writable by this user; name another file")
     return path
+
+
+#: ``autograder report`` options that belong to one of its two reports.
+SIMILARITY_ONLY = ("threshold", "min_tokens", "html")
+SCORES_ONLY = ("plot",)
+
+
+def check_report_options(args, command) -> None:
+    """Refuse an option of the other report, which would otherwise be ignored in silence.
+    ``command(words)`` spells a command for the user's workspace (``Course.command``)."""
+    wrong = SCORES_ONLY if args.similarity else SIMILARITY_ONLY
+    given = ["--" + name.replace("_", "-") for name in wrong if getattr(args, name) is not None]
+    if not given:
+        return
+    if args.similarity:
+        raise CourseError(f"{', '.join(given)} is for the score report, not --similarity: run "
+                          f"`{command(f'report {args.name} {given[0]} FILE')}` on its own")
+    raise CourseError(f"{', '.join(given)} only applies to the similarity report: add "
+                      f"--similarity (`{command(f'report {args.name} --similarity ...')}`)")

@@ -8,7 +8,7 @@ import datetime
 import sys
 from pathlib import Path
 
-from .arguments import COUNT, SECONDS, output_file
+from .arguments import COUNT, FRACTION, SECONDS, check_report_options, output_file
 from .course import Course, CourseError, available_assignments
 
 
@@ -118,6 +118,7 @@ def cmd_grade(args) -> int:
 def cmd_report(args) -> int:
     from . import report
 
+    check_report_options(args, _course(args).command)
     args.plot, args.html = output_file(args.plot), output_file(args.html)
 
     if args.similarity:
@@ -263,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="list pairs of near-copies (and copies of the reference) instead of scores",
     )
-    p.add_argument("--threshold", type=float, default=None, help="similarity flag (default 0.6)")
+    p.add_argument("--threshold", type=FRACTION, default=None, help="similarity flag (default 0.6)")
     p.add_argument("--min-tokens", type=COUNT, default=None, help="shortest exercise compared")
     p.add_argument("--html", type=Path, default=None, help="similarity page (default: reports/)")
     p = add("export", cmd_export, "grades per student and exercise: CSV, Canvas CSV or JSON")

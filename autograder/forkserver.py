@@ -34,7 +34,7 @@ from jupyter_client.provisioning import LocalProvisioner
 
 from .confine import INSIDE_DIR
 from .limits import COVER_BYTES
-from .sandbox import bwrap_arguments, bwrap_path, kernel_environment
+from .sandbox import bwrap_arguments, bwrap_path, kernel_environment, paths_to_cover
 from .storage import can_mount, scratch_root
 
 #: Imported once by each zygote: what every kernel would otherwise import itself.
@@ -243,7 +243,10 @@ def get(slot: int, hidden: tuple[Path, ...]) -> ForkServer | None:
         return None
     root = scratch_root()
     sandboxed = bwrap_path() is not None
-    key = (slot, str(root), sandboxed, tuple(str(Path(p).resolve()) for p in hidden))
+    # Hidden paths the project's cover already hides change nothing in the layout: every
+    # built-in assignment shares one zygote per slot.
+    hidden = paths_to_cover(hidden, root) if sandboxed else ()
+    key = (slot, str(root), sandboxed, tuple(map(str, hidden)))
     if key in _failures:
         return None
     server = _servers.get(key)
@@ -252,7 +255,7 @@ def get(slot: int, hidden: tuple[Path, ...]) -> ForkServer | None:
     if server is not None:
         server.close()
     try:
-        server = ForkServer(slot, root, tuple(Path(p) for p in hidden))
+        server = ForkServer(slot, root, hidden)
     except (ForkServerError, OSError) as exc:
         log.warning("no fork server, kernels start from scratch: %s", exc)
         _failures.add(key)

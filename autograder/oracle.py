@@ -142,6 +142,12 @@ def serve(stdin=None, stdout=None) -> None:
     stdout = stdout or sys.stdout.buffer
     # Instructor cells print; keep the message pipe clean.
     sys.stdout = sys.stderr
+    # What every answer needs, imported before the first message: a helper started ahead
+    # of time (MistakeOracle.start) then answers its first diagnosis without this wait.
+    import torch  # noqa: F401
+
+    from . import kernel_side  # noqa: F401
+
     variants = _Variants()
     try:
         while True:
@@ -190,13 +196,21 @@ class MistakeOracle:
             env=env,
         )
 
+    def _ensure_started(self) -> None:
+        if self._process is None or self._process.poll() is not None:
+            self._process = self._start()
+            self._sent = set()
+
+    def start(self) -> None:
+        """Start the helper now (it imports torch), so that the first diagnosis is quick."""
+        with self._lock:
+            self._ensure_started()
+
     def replay(self, variant: str, source: str, folder: Path | str, requests: list) -> list:
         """``[(reply, tensors), ...]``: the answers of the notebook ``source`` (instructor
         code, one variant of it) to each ``(request, tensors)`` a check sent."""
         with self._lock:
-            if self._process is None or self._process.poll() is not None:
-                self._process = self._start()
-                self._sent = set()
+            self._ensure_started()
             message = {"variant": variant, "folder": str(folder), "requests": requests}
             if variant not in self._sent:  # the helper keeps what it has executed
                 message["cells"] = graded_cells(source)

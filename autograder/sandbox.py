@@ -86,6 +86,34 @@ def _project_paths() -> tuple[Path, Path]:
     return pkg, pkg.parent
 
 
+def _rebound(project_root: Path, toolkit_pkg: Path) -> list[Path]:
+    """What the sandbox binds back inside the covered project root."""
+    venv = Path(sys.prefix).resolve()
+    return [toolkit_pkg, *([venv] if venv.is_relative_to(project_root) else [])]
+
+
+def paths_to_cover(hidden, writable: Path) -> tuple[Path, ...]:
+    """Of the ``hidden`` paths, those the sandbox must cover itself, sorted.
+
+    Left out: a path that does not exist or holds ``writable`` (the sandbox's one
+    writable folder must stay reachable), a path inside the project root (covered whole,
+    see :func:`bwrap_arguments`) that is not bound back, and a path inside another
+    covered folder. So every built-in assignment's checks, and a workspace inside the
+    checkout, come to the same layout: one fork server serves every assignment of a
+    course (see :func:`autograder.forkserver.get`).
+    """
+    toolkit_pkg, project_root = _project_paths()
+    rebound = _rebound(project_root, toolkit_pkg)
+    writable = Path(writable).resolve()
+    paths = sorted({
+        p for p in (Path(h).resolve() for h in hidden)
+        if p.exists() and not writable.is_relative_to(p)
+        and not (p.is_relative_to(project_root) and not any(p.is_relative_to(r) for r in rebound))
+    })
+    folders = [p for p in paths if p.is_dir()]
+    return tuple(p for p in paths if not any(p != f and p.is_relative_to(f) for f in folders))
+
+
 def _readonly_roots() -> list[Path]:
     """System and Python directories the kernel needs to read, and nothing else."""
     roots = [Path(p) for p in ("/usr", "/etc", "/opt")]
@@ -202,18 +230,14 @@ def bwrap_arguments(bwrap: str, writable: Path, hidden=(), tmp: str | int = COVE
     # workspace inside the checkout are absent.
     covers = [project_root]
     args += _parent_dirs(project_root, made) + _cover(project_root)
-    args += ["--ro-bind", str(toolkit_pkg), str(toolkit_pkg)]
-    venv = Path(sys.prefix).resolve()
-    if venv.is_relative_to(project_root):
-        args += ["--ro-bind", str(venv), str(venv)]
-    for path in hidden:
-        path = Path(path).resolve()
-        if path.exists() and not writable.resolve().is_relative_to(path):
-            if path.is_dir():
-                args += _cover(path)
-                covers.append(path)
-            else:
-                args += ["--ro-bind", "/dev/null", str(path)]
+    for path in _rebound(project_root, toolkit_pkg):
+        args += ["--ro-bind", str(path), str(path)]
+    for path in paths_to_cover(hidden, writable):
+        if path.is_dir():
+            args += _cover(path)
+            covers.append(path)
+        else:
+            args += ["--ro-bind", "/dev/null", str(path)]
     args += _parent_dirs(writable.resolve(), made)
     args += ["--bind", str(writable), str(writable)]
     args += inside_files()

@@ -27,7 +27,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path, PurePosixPath
 
-from traitlets import Float, Int, Unicode
+from traitlets import Bool, Float, Int, Unicode
 from traitlets.config import LoggingConfigurable
 
 from ..course import SETTINGS_FILE, Course, CourseError
@@ -61,6 +61,11 @@ class CourseLab(LoggingConfigurable):
                           help="Give up on a check after this many seconds (0: the "
                                "assignment's own submission time limit plus ten minutes).")
     cache_size = Int(256, config=True, help="Results kept in memory, by content hash.")
+    warm_start = Bool(True, config=True,
+                      help="Start the checking sandbox's fork server and the mistake oracle "
+                           "when the Course panel first opens, so that the first check does "
+                           "not wait for them (about 5 s). They hold about 0.35 GB until the "
+                           "server stops; False starts them at the first check.")
 
     def __init__(self, root_dir: str, **kwargs):
         super().__init__(**kwargs)
@@ -91,7 +96,7 @@ class CourseLab(LoggingConfigurable):
         course = self.course()
         if course is None:
             return catalog.no_workspace(self.root_dir)
-        self._start_pool()
+        self._start_pool(course)
         return await asyncio.to_thread(catalog.course_view, course, self.root_dir,
                                        self._latest(course, user))
 
@@ -179,7 +184,7 @@ class CourseLab(LoggingConfigurable):
             raise CheckRefused(429, f"you checked a moment ago: wait {wait:.0f} s and check "
                                     "again (unchanged work is answered at once)")
         self._last_run[user] = time.monotonic()
-        pool = self._start_pool()
+        pool = self._start_pool(course)
         future = pool.submit(check_notebook, str(course.root), str(course.assignments_dir),
                              found.assignment, found.notebook_id,
                              str(staging / "submission"), user)
@@ -200,8 +205,8 @@ class CourseLab(LoggingConfigurable):
                                     "happens again") from None
 
     # -- worker processes -----------------------------------------------------------------
-    def _start_pool(self) -> ProcessPoolExecutor:
-        return _worker_pool(self.check_workers)
+    def _start_pool(self, course: Course) -> ProcessPoolExecutor:
+        return _worker_pool(self.check_workers, course if self.warm_start else None)
 
     def _stop_pool(self) -> None:
         _stop_worker_pool()
@@ -241,11 +246,14 @@ class CourseLab(LoggingConfigurable):
 _POOL: ProcessPoolExecutor | None = None
 
 
-def _worker_pool(workers: int) -> ProcessPoolExecutor:
+def _worker_pool(workers: int, warm_for: Course | None) -> ProcessPoolExecutor:
+    """The pool, started on first use; ``warm_for``: start a check's sandbox for that
+    course in one worker right away (:func:`.check.warm_up`)."""
     global _POOL
     if _POOL is None:
         _POOL = worker_pool(max(1, workers))  # workers stop when the server does
-        _POOL.submit(warm_up)
+        if warm_for is not None:
+            _POOL.submit(warm_up, str(warm_for.root), str(warm_for.assignments_dir))
     return _POOL
 
 

@@ -63,3 +63,30 @@ def test_grade_refuses_counts_and_limits_that_are_not_positive(tiny_course, opti
         main(["grade", "00-tiny", *option, "--course", str(tiny_course.root)])
     assert stopped.value.code == 2
     assert f"argument {option[0]}: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("options, complaint", [
+    (["--threshold", "0.5"], "--threshold only applies to the similarity report"),
+    (["--html", "pairs.html", "--min-tokens", "20"],
+     "--min-tokens, --html only applies to the similarity report"),
+    (["--similarity", "--plot", "scores.png"], "--plot is for the score report"),
+])
+def test_report_refuses_an_option_of_the_other_report(tiny_course, options, complaint,
+                                                      tmp_path, monkeypatch, capsys):
+    """Each option belongs to one of the two reports; given to the other it would be
+    ignored in silence, so it is refused, with the command that uses it."""
+    monkeypatch.chdir(tmp_path)
+    code = main(["report", "00-tiny", *options, "--course", str(tiny_course.root)])
+    err = capsys.readouterr().err
+    assert code == 2 and complaint in err, err
+    assert f"--course {tiny_course.root}" in err
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize("share", ["60", "0", "-0.5", "many"])
+def test_similarity_threshold_is_a_share(tiny_course, share, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["report", "00-tiny", "--similarity", "--threshold", share,
+              "--course", str(tiny_course.root)])
+    assert exited.value.code == 2
+    assert "argument --threshold" in capsys.readouterr().err

@@ -177,3 +177,47 @@ def test_slots_are_exclusive():
         assert a != b
     with slots.sandbox_slot() as c:
         assert c == a  # released, and found again first
+
+
+def test_only_paths_the_project_cover_leaves_visible_are_covered_again(tmp_path):
+    """What the sandbox covers for ``hidden``: the layout a zygote is keyed by."""
+    from autograder.course import ASSIGNMENTS_DIR, PROJECT_ROOT
+
+    workspace, outside_checks = tmp_path / "ws", tmp_path / "ws" / "checks"
+    scratch, elsewhere = tmp_path / "scratch", tmp_path / "elsewhere"
+    for folder in (outside_checks, scratch, elsewhere):
+        folder.mkdir(parents=True)
+    toolkit_pkg = PROJECT_ROOT / "toolkit"
+    covered = sandbox.paths_to_cover(
+        (ASSIGNMENTS_DIR, PROJECT_ROOT / "autograder" / "checks" / "01-attention",
+         workspace, outside_checks, elsewhere, tmp_path / "missing", toolkit_pkg / "norm.py"),
+        scratch)
+    # The project's own folders are under its cover already; the workspace's checks are
+    # under the workspace's; a file the sandbox binds back (the toolkit) is covered again.
+    assert covered == tuple(sorted((workspace.resolve(), elsewhere.resolve(),
+                                    (toolkit_pkg / "norm.py").resolve())))
+    # A folder that holds the writable one stays open, and what is inside it is covered.
+    assert sandbox.paths_to_cover((workspace, outside_checks), workspace / "scratch") == (
+        outside_checks.resolve(),)
+
+
+def test_every_built_in_assignment_shares_one_zygote(tmp_path):
+    """The Course panel starts one zygote and every assignment's check uses it."""
+    from autograder.course import ASSIGNMENTS_DIR, Course
+
+    course = Course(tmp_path / "course")
+    course.root.mkdir()
+    own_checks = tmp_path / "own-checks"
+    own_checks.mkdir()
+    with slots.sandbox_slot() as slot:
+        first, *others = [
+            forkserver.get(slot, (course.root, ASSIGNMENTS_DIR, course.spec(name).checks_dir()))
+            for name in ("01-attention", "05-blocks", "07-capstone")]
+        assert first is not None and all(other is first for other in others)
+        apart = forkserver.get(slot, (course.root, ASSIGNMENTS_DIR, own_checks))
+        try:
+            if sandbox.bwrap_path():  # checks outside both need their own cover
+                assert apart is not first
+        finally:
+            if apart is not first:
+                apart.close()

@@ -231,3 +231,52 @@ async def test_checking_records_nothing_in_the_gradebook(check, save, notebooks,
         assert gb.students == [] and gb.find_assignment(ASSIGNMENT).submissions == []
     assert not any(course.path("submitted").iterdir())
     assert not any(course.path("autograded").iterdir())
+
+
+def _pool_helpers() -> dict[str, int]:
+    """``{"zygote": pid, "oracle": pid}`` among the check workers' descendants."""
+    import psutil
+
+    from autograder.labext import service
+
+    found = {}
+    for worker in list(getattr(service._POOL, "_processes", {}).values()):
+        try:
+            descendants = psutil.Process(worker.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            continue
+        for process in descendants:
+            try:
+                command = " ".join(process.cmdline())
+            except psutil.Error:
+                continue
+            if "zygote.py" in command and process.name() != "bwrap":
+                found["zygote"] = process.pid
+            elif "autograder.oracle" in command:
+                found["oracle"] = process.pid
+    return found
+
+
+async def test_opening_the_panel_starts_what_the_first_check_uses(check, save, notebooks,
+                                                                  jp_fetch):
+    """The Course panel's first request starts the sandbox's fork server and the mistake
+    oracle in a check worker, so the first check does not wait for them: that check is
+    answered by the very processes started early."""
+    from autograder import forkserver
+    from autograder.labext import service
+
+    service._stop_worker_pool()  # a fresh pool, as when the server starts
+    await jp_fetch("autograder", "api", "course")
+    for _ in range(600):
+        started = _pool_helpers()
+        if len(started) == 2:
+            break
+        await asyncio.sleep(0.2)
+    if "zygote" not in started and not forkserver.enabled():
+        started["zygote"] = None  # kernels start from scratch here: nothing to warm
+    assert set(started) == {"zygote", "oracle"}, started
+    status, answer = await check(save(notebooks["mutant-no-scale"]))
+    assert status == 200, answer
+    diagnoses = {e["name"]: e["diagnoses"] for e in answer["exercises"]}
+    assert any("1/sqrt(d_k)" in d for d in diagnoses["test_attention_weights"]), diagnoses
+    assert _pool_helpers() == {k: v for k, v in started.items() if v is not None}
