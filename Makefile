@@ -51,10 +51,14 @@ $(LABEXT_BUILD): $(LABEXT_SOURCES)
 
 # Installed as `pip install` of a wheel would: the built bundle under share/jupyter and
 # the server extension's switch under etc/jupyter (an editable install copies neither).
-$(LABEXT): $(LABEXT_BUILD)
-	@mkdir -p $(VENV)/share/jupyter/labextensions $(VENV)/etc/jupyter/jupyter_server_config.d
+# JupyterLab's defaults for this environment (overrides.json): no "get notified about
+# Jupyter news?" prompt and no update check in a course's lab.
+$(LABEXT): $(LABEXT_BUILD) autograder/labext/jupyter-config/overrides.json
+	@mkdir -p $(VENV)/share/jupyter/labextensions $(VENV)/etc/jupyter/jupyter_server_config.d \
+	  $(VENV)/share/jupyter/lab/settings
 	ln -sfn "$(abspath autograder/labext/labextension)" $(VENV)/share/jupyter/labextensions/transformers-course-lab
 	cp autograder/labext/jupyter-config/autograder-labext.json $(VENV)/etc/jupyter/jupyter_server_config.d/
+	cp autograder/labext/jupyter-config/overrides.json $(VENV)/share/jupyter/lab/settings/
 	@touch $(LABEXT)
 
 demo: $(STAMP)

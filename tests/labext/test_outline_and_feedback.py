@@ -152,3 +152,16 @@ def test_exercise_titles_name_every_exercise_a_test_cell_checks():
     assert exercise_title(["7. Pre-train a tiny BERT", "Training (not run while grading)"]) == (
         "7. Pre-train a tiny BERT")
     assert exercise_title([]) is None
+
+
+def test_the_course_lab_never_asks_about_jupyter_news():
+    """`make` gives this environment's JupyterLab defaults without the news prompt and the
+    update check: a student's lab shows the course, not a privacy question."""
+    import json
+    from pathlib import Path
+
+    from jupyterlab.commands import get_app_dir
+
+    overrides = json.loads((Path(get_app_dir()) / "settings" / "overrides.json").read_text())
+    assert overrides["@jupyterlab/apputils-extension:notification"] == {
+        "fetchNews": "false", "checkForUpdates": False}
