@@ -64,8 +64,9 @@ class CourseLab(LoggingConfigurable):
     warm_start = Bool(True, config=True,
                       help="Start the checking sandbox's fork server and the mistake oracle "
                            "when the Course panel first opens, so that the first check does "
-                           "not wait for them (about 5 s). They hold about 0.35 GB until the "
-                           "server stops; False starts them at the first check.")
+                           "not wait for them (about 5 s). They hold about 0.35 GB per check "
+                           "worker until the server stops; False starts them at the first "
+                           "check.")
 
     def __init__(self, root_dir: str, **kwargs):
         super().__init__(**kwargs)
@@ -248,11 +249,13 @@ _POOL: ProcessPoolExecutor | None = None
 
 def _worker_pool(workers: int, warm_for: Course | None) -> ProcessPoolExecutor:
     """The pool, started on first use; ``warm_for``: start a check's sandbox for that
-    course in one worker right away (:func:`.check.warm_up`)."""
+    course right away (:func:`.check.warm_up`), once per worker as the pool hands them out
+    (a worker that gets a second one finds its sandbox started and returns at once)."""
     global _POOL
     if _POOL is None:
-        _POOL = worker_pool(max(1, workers))  # workers stop when the server does
-        if warm_for is not None:
+        workers = max(1, workers)
+        _POOL = worker_pool(workers)  # workers stop when the server does
+        for _ in range(workers if warm_for is not None else 0):
             _POOL.submit(warm_up, str(warm_for.root), str(warm_for.assignments_dir))
     return _POOL
 
