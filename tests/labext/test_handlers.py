@@ -239,7 +239,7 @@ def _pool_helpers() -> dict[str, int]:
 
     from autograder.labext import service
 
-    found = {}
+    found, zygotes = {}, set()
     for worker in list(getattr(service._POOL, "_processes", {}).values()):
         try:
             descendants = psutil.Process(worker.pid).children(recursive=True)
@@ -251,6 +251,9 @@ def _pool_helpers() -> dict[str, int]:
             except psutil.Error:
                 continue
             if "zygote.py" in command and process.name() != "bwrap":
+                if process.ppid() in zygotes:
+                    continue  # a kernel the zygote forked (it keeps the zygote's command)
+                zygotes.add(process.pid)
                 found["zygote"] = process.pid
             elif "autograder.oracle" in command:
                 found["oracle"] = process.pid
