@@ -118,14 +118,15 @@ def cmd_grade(args) -> int:
 def cmd_report(args) -> int:
     from . import report
 
-    check_report_options(args, _course(args).command)
+    course = _course(args)
+    check_report_options(args, course.command)
     args.plot, args.html = output_file(args.plot), output_file(args.html)
 
     if args.similarity:
         from . import similarity_report
 
-        return similarity_report.main(_course(args), args)
-    records = report.collect(_course(args), args.name)
+        return similarity_report.main(course, args)
+    records = report.collect(course, args.name)
     if args.format == "json":
         print(report.as_json(records))
     elif args.format == "csv":

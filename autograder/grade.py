@@ -29,6 +29,7 @@ from .course import AssignmentSpec, Course, CourseError
 from .execute import kernel_start_mode
 from .jobs import Job, NotebookResult
 from .runner import describe_isolation, grade_notebook
+from .sandbox import hidden_from_kernels
 from .sanitize import NotGradable, grade_cell_ids, read_submission, sanitize
 from .workers import (
     raise_if_stop_requested,
@@ -66,7 +67,7 @@ def _job(
         assignment_dir=spec.path,
         limits=spec.limits,
         forbid=tuple(spec.forbid),
-        hidden=(course.root, course.assignments_dir, spec.checks_dir()),
+        hidden=hidden_from_kernels(course, spec),
     )
     try:
         nb = read_submission(submission_dir / f"{notebook_id}.ipynb")

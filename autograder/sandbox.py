@@ -92,6 +92,13 @@ def _rebound(project_root: Path, toolkit_pkg: Path) -> list[Path]:
     return [toolkit_pkg, *([venv] if venv.is_relative_to(project_root) else [])]
 
 
+def hidden_from_kernels(course, spec=None) -> tuple[Path, ...]:
+    """What no grading kernel may see of a course (a :class:`autograder.course.Course`):
+    its workspace, its assignments and, for ``spec``, the hidden checks. Grading, a
+    student's check and the warm-up before it all hide the same, so they share a zygote."""
+    return (course.root, course.assignments_dir, *([spec.checks_dir()] if spec else []))
+
+
 def paths_to_cover(hidden, writable: Path) -> tuple[Path, ...]:
     """Of the ``hidden`` paths, those the sandbox must cover itself, sorted.
 

@@ -232,9 +232,7 @@ def write_html(path: Path, result: Result, name: str, students: dict, reference:
 def main(course: Course, args) -> int:
     """``autograder report NAME --similarity [--threshold T] [--min-tokens N] [--html FILE]``."""
     settings = Settings()
-    if args.threshold is not None:
-        if not 0 < args.threshold <= 1:
-            raise CourseError(f"--threshold {args.threshold} must be in (0, 1], e.g. 0.6")
+    if args.threshold is not None:  # a share in (0, 1]: the command line checked it
         settings = dataclasses.replace(settings, threshold=args.threshold)
     if args.min_tokens is not None:
         settings = dataclasses.replace(settings, min_tokens=max(args.min_tokens, settings.k))

@@ -26,6 +26,7 @@ from ..course import Course
 from ..jobs import Job
 from ..oracle import shared_oracle
 from ..runner import grade_notebook
+from ..sandbox import hidden_from_kernels
 from ..sanitize import grade_cell_ids, read_submission, sanitize
 from ..scoring import score_cells
 from ..slots import sandbox_slot
@@ -75,7 +76,7 @@ def check_notebook(
         assignment_dir=spec.path,
         limits=spec.limits,
         forbid=tuple(spec.forbid),
-        hidden=(course.root, course.assignments_dir, spec.checks_dir()),
+        hidden=hidden_from_kernels(course, spec),
         findings=findings,
     )
     result = grade_notebook(job)
@@ -107,7 +108,7 @@ def warm_up(course_root: str, assignments_dir: str) -> bool:
     shared_oracle().start()
     with sandbox_slot() as slot:
         # The slot is searched from this process's id, so the first check gets it again.
-        return forkserver.get(slot, (course.root, course.assignments_dir)) is not None
+        return forkserver.get(slot, hidden_from_kernels(course)) is not None
 
 
 # -- what is checked: the notebook and the files beside it --------------------------------
