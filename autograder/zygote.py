@@ -183,6 +183,13 @@ def main(modules: list[str]) -> None:
     set_by_imports = {
         k: v for k, v in os.environ.items() if environment_before.get(k) != v
     }
+    # torch's compiler stack names (and makes) a cache folder for the user who imports it,
+    # here the zygote's. A kernel makes its own the first time it compiles, as a kernel
+    # started from scratch would.
+    inductor_cache = set_by_imports.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    if inductor_cache:
+        with contextlib.suppress(OSError):
+            os.rmdir(inductor_cache)  # only if still empty
     threads = len(os.listdir("/proc/self/task"))
     if threads != 1:
         # Forking a process with other threads can copy a lock held by one of them.

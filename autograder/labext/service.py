@@ -64,7 +64,7 @@ class CourseLab(LoggingConfigurable):
     warm_start = Bool(True, config=True,
                       help="Start the checking sandbox's fork server and the mistake oracle "
                            "when the Course panel first opens, so that the first check does "
-                           "not wait for them (about 5 s). They hold about 0.35 GB per check "
+                           "not wait for them (about 5 s). They hold about 0.5 GB per check "
                            "worker until the server stops; False starts them at the first "
                            "check.")
 

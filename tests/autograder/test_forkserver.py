@@ -68,6 +68,15 @@ def test_a_forked_kernel_looks_like_one_started_from_scratch():
         assert forked_view["uid"] >= 61000 and forked_view["caps"] == "0000000000000000"
 
 
+def test_a_forked_kernel_holds_what_training_imports_on_first_use():
+    """torch imports its compiler stack (2 s) on an optimizer's first call; every kernel
+    of a training exercise would pay it again unless the zygote holds it already."""
+    (out,), events, forked = _run(["import sys; print(sorted(m for m in "
+                                   "('torch', 'torch._dynamo', 'toolkit') if m in sys.modules))"])
+    assert forked and not events
+    assert out.strip() == "['toolkit', 'torch', 'torch._dynamo']"
+
+
 LEAVE_TRACES = r"""
 import ctypes, os, time
 open('/tmp/trace', 'w').write('x')
