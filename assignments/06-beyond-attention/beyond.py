@@ -618,6 +618,10 @@ exact = (torch.exp(0.4 * A) - 1) / A * B
 if torch.allclose(B_bar, 0.4 * B):
     raise AssertionError("your B_bar is delta * B: that is the Euler (Mamba) simplification. This "
                          "exercise asks for the exact ZOH, (exp(delta A) - 1) / A * B")
+if torch.allclose(B_bar, exact / 0.4):
+    raise AssertionError("your B_bar is (exp(delta A) - 1) / (delta A) * B: the formula ends in "
+                         "delta B, (delta A)^{-1} (exp(delta A) - 1) delta B, so the delta cancels "
+                         "and B_bar = (exp(delta A) - 1) / A * B")
 assert torch.allclose(B_bar, exact), f"B_bar should be {exact.tolist()}, got {B_bar.tolist()}"
 
 # The exact answer, for any matrix A, from one matrix exponential (Van Loan's trick).
