@@ -72,6 +72,17 @@ class Diagnosis:
         return {**dataclasses.asdict(self), "message": self.message()}
 
 
+class Diagnoses(list):
+    """The diagnoses of one notebook (a list of :class:`Diagnosis`), and what the evidence
+    ruled out: ``ruled_out[grade cell]`` holds the pitfalls that no named mistake of that
+    cell can be behind (each mutant with that pitfall was tried and answered otherwise, or
+    breaks a cell the student passed in full)."""
+
+    def __init__(self, items=(), ruled_out: dict[str, set[str]] | None = None):
+        super().__init__(items)
+        self.ruled_out = ruled_out or {}
+
+
 # -- where a mistake sits ---------------------------------------------------------------------
 def mistake_location(spec: AssignmentSpec, mutant) -> tuple[str, str]:
     """``(solution cell grade id, grade cell that checks it)`` for a mutant's text edit.
@@ -215,17 +226,18 @@ def diagnose(
     checks: list[CheckRecord],
     transcripts: dict[str, list[Exchange]],
     oracle: MistakeOracle,
-) -> list[Diagnosis]:
+) -> Diagnoses:
     """The named mistakes that explain this notebook's failing checks, per grade cell.
 
     ``checks`` are the check records; ``transcripts`` maps a :func:`check_key` to the
     requests the check made. Each grade cell gets the mutant that explains most of its
-    failing checks, then the next one for the rest, and so on.
+    failing checks, then the next one for the rest, and so on. The result also says which
+    pitfalls the evidence rules out (:class:`Diagnoses`).
     """
     failing = [c for c in checks if not c.passed and usable(transcripts.get(check_key(c), []))]
     mutants = [m for m in spec.mutants if m.notebook == notebook_id]
     if not failing or not mutants:
-        return []
+        return Diagnoses()
     source = {m.name: _mutated_source(spec, m) for m in mutants}
     # What the correct solution answers to every request: a mutant counts only where it
     # answers differently (see fingerprint_matches).
@@ -235,18 +247,23 @@ def diagnose(
         solution = oracle.replay(_variant(spec, notebook_id, "reference", text), text,
                                  spec.path, asked)
     except OracleError:
-        return []  # no diagnosis is better than a wrong one
+        return Diagnoses()  # no diagnosis is better than a wrong one
     reference: dict[str, list] = {}
     start = 0
     for check in failing:
         n = len(transcripts[check_key(check)])
         reference[check_key(check)], start = solution[start:start + n], start + n
     explained: dict[str, dict[str, list[str]]] = {}  # grade cell -> mutant -> check ids
+    excluded: dict[str, set[str]] = {}  # grade cell -> mutants the evidence rules out
     for mutant in mutants:
         mine = [c for c in failing if c.grade_cell in mutant.breaks]
+        if not mine:
+            continue
         # The mistake loses points on every cell it breaks (autograder validate proves
         # it); a student who passed one of them in full has not made it.
-        if not mine or any(_passed_in_full(checks, cell) for cell in mutant.breaks):
+        if any(_passed_in_full(checks, cell) for cell in mutant.breaks):
+            for cell in mutant.breaks:
+                excluded.setdefault(cell, set()).add(mutant.name)
             continue
         requests = [(e.request, e.tensors) for c in mine for e in transcripts[check_key(c)]]
         try:
@@ -273,8 +290,10 @@ def diagnose(
         for grade_cell, ids in matched.items():
             if grade_cell not in contradicted:
                 explained.setdefault(grade_cell, {})[mutant.name] = ids
+        for grade_cell in contradicted:
+            excluded.setdefault(grade_cell, set()).add(mutant.name)
     by_name = {m.name: m for m in mutants}
-    diagnoses = []
+    diagnoses = Diagnoses(ruled_out=_pitfalls_ruled_out(mutants, excluded))
     for grade_cell, candidates in explained.items():
         left = {check for ids in candidates.values() for check in ids}
         while left:
@@ -292,6 +311,17 @@ def diagnose(
     return diagnoses
 
 
+def _pitfalls_ruled_out(mutants, excluded: dict[str, set[str]]) -> dict[str, set[str]]:
+    """grade cell -> the pitfalls whose every mutant breaking that cell is ruled out."""
+    ruled_out: dict[str, set[str]] = {}
+    for grade_cell, names in excluded.items():
+        for pitfall in {m.pitfall for m in mutants if m.name in names}:
+            behind = {m.name for m in mutants if m.pitfall == pitfall and grade_cell in m.breaks}
+            if behind <= names:
+                ruled_out.setdefault(grade_cell, set()).add(pitfall)
+    return ruled_out
+
+
 def _variant(spec: AssignmentSpec, notebook_id: str, label: str, source: str) -> str:
     """The oracle's key for one notebook variant: one helper serves every assignment a
     worker grades, and an edited source is a new variant."""
@@ -306,7 +336,11 @@ def _mutated_source(spec: AssignmentSpec, mutant) -> str:
 
 
 def annotate(checks: list[CheckRecord], diagnoses: list[Diagnosis]) -> None:
-    """Mark each explained check record with its cause (the mutant's name)."""
+    """Mark each explained check record with its cause (the mutant's name), and each
+    failing one whose pitfall the evidence ruled out (its "common mistake" would mislead)."""
     cause = {key: d.mutant for d in diagnoses for key in d.checks}
+    ruled_out = getattr(diagnoses, "ruled_out", {})
     for check in checks:
         check.cause = cause.get(check_key(check), check.cause)
+        if not check.passed and check.pitfall in ruled_out.get(check.grade_cell, ()):
+            check.pitfall_ruled_out = True

@@ -153,8 +153,10 @@ def student_view(trusted: dict, visibility: str, order: list[str] | None = None)
                         "message": message,
                         "hint": None if explained else hint,
                         # The mistake a check points to, once the code runs at all.
+                        # (Not one the diagnosis ruled out: the student did not make it.)
                         "pitfall": (record.get("pitfall") if visibility == "full" and not explained
                                     and not upstream and not record.get("passed")
+                                    and not record.get("pitfall_ruled_out")
                                     and _ran(record) else None),
                     })
             exercises.append({

@@ -28,6 +28,7 @@ from autograder.assignment_spec import AssignmentSpec
 from autograder.checklib import CheckFailure
 from autograder.course import notebook_from_text
 from autograder.diagnosis import annotate, diagnose
+from autograder.labext.feedback import student_view
 from autograder.oracle import MistakeOracle, graded_cells
 from autograder.protocol import Submission
 from autograder.runner import run_checks
@@ -198,6 +199,30 @@ def test_a_check_the_mistake_would_answer_otherwise_rules_it_out(tmp_path, oracl
     planted = _graded(spec, "efficient", tmp_path / "mutant", oracle,
                       mutant="kv-bytes-no-factor-2")
     assert _named(planted) == {"test_kv_cache_bytes": {"kv-bytes-no-factor-2"}}
+
+
+def test_a_pitfall_every_named_mistake_of_which_answered_otherwise_is_not_shown(
+        tmp_path, oracle):
+    """A zero-order hold off by a factor 2 is no named mistake. The exercise's checks point
+    to the Euler B_bar (delta * B), which the oracle tried and which answered otherwise:
+    the student reads no "common mistake" they did not make."""
+    spec = AssignmentSpec.load("06-beyond-attention")
+    line = "    B_bar = torch.expm1(dA) / A * B  # (delta A)^{-1} (exp(delta A) - 1) delta B"
+    table = _graded(spec, "beyond", tmp_path / "student", oracle,
+                    edits=[(line, line.replace("torch.expm1", "2 * torch.expm1"))])
+    entry = table["test_discretize_zoh"]
+    failing = [c for c in entry["checks"] if not c.passed]
+    assert entry["score"] == 0 and not entry["diagnoses"] and failing
+    pointed = [c for c in failing if c.pitfall]
+    assert pointed and all(c.pitfall_ruled_out for c in pointed), failing
+    trusted = {"cells": {"test_discretize_zoh": {**entry, "checks": [c.as_dict() for c in
+                                                                      entry["checks"]]}}}
+    shown = student_view(trusted, "full")["exercises"][0]["checks"]
+    assert [c["pitfall"] for c in shown] == [None] * len(shown)
+    # The Euler mistake itself keeps its name (a diagnosis here, a pitfall without one).
+    planted = _graded(spec, "beyond", tmp_path / "mutant", oracle, mutant="zoh-euler-b")
+    assert _named(planted) == {"test_discretize_zoh": {"zoh-euler-b"}}
+    assert not any(c.pitfall_ruled_out for c in planted["test_discretize_zoh"]["checks"])
 
 
 def test_a_numpy_answer_is_refused_where_it_is_returned(tmp_path, oracle):

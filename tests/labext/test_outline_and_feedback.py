@@ -117,6 +117,9 @@ def test_views_by_visibility():
                                                  "message": "wrong …", "hint": "h",
                                                  "pitfall": "p"}
     assert full["exercises"][1]["status"] == "waiting" and "secret" not in str(full["notes"])
+    ruled_out = {**trusted, "cells": {"ex": {**trusted["cells"]["ex"], "checks": [
+        {**records[0], "pitfall_ruled_out": True}, records[1]]}}}
+    assert student_view(ruled_out, "full")["exercises"][0]["checks"][0]["pitfall"] is None
     names = student_view(trusted, "names")["exercises"][0]["checks"]
     assert [c["message"] for c in names] == [None, None] and names[0]["pitfall"] is None
     score = student_view(trusted, "score")
