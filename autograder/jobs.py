@@ -67,8 +67,8 @@ class CheckRecord:
     message: str = ""
     #: The named mistake (a mutant's name) the diagnosis found behind this failure.
     cause: str | None = None
-    #: The diagnosis tried every named mistake with this check's pitfall, and none
-    #: answered as the student did: the pitfall is not theirs.
+    #: The diagnosis ruled out every named mistake with this check's pitfall (each answered
+    #: otherwise, or breaks an exercise the student passed in full): it is not theirs.
     pitfall_ruled_out: bool = False
 
     def as_dict(self) -> dict:
