@@ -6,13 +6,40 @@ what was expected, what was found, and a hint where a common mistake fits.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 
+from .protocol import ForbiddenShortcut, SubmissionError
+
 
 class CheckFailure(AssertionError):
     """A check that did not pass; its message is shown to the student."""
+
+
+@contextlib.contextmanager
+def expect_value_error(what: str, accepted: str):
+    """The block must make the student's code raise ValueError on a bad input.
+
+    Args:
+        what: the bad input, as the failure names it (``"n_heads = 0"``).
+        accepted: the failure when the code ran without raising (say what to do).
+
+    A stub's NotImplementedError goes on as it is: the student then reads that the function
+    is not written yet, not that it "should raise ValueError".
+    """
+    try:
+        yield
+    except ForbiddenShortcut:
+        raise
+    except SubmissionError as exc:
+        if "ValueError" in str(exc):
+            return
+        if str(exc).startswith("NotImplementedError"):
+            raise
+        raise CheckFailure(f"{what} should raise ValueError, got: {exc}") from None
+    raise CheckFailure(accepted)
 
 
 def expect_tensor(value, *, shape=None, dtype=None, name="your result") -> torch.Tensor:

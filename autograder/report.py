@@ -5,8 +5,9 @@ Each record (one per student) has ``student``, ``score`` and ``max_score``
 answers), ``manual_score`` (points a person already gave), ``manual_pending`` (points
 still waiting for a person), ``total`` and ``total_max`` (both together), ``exercises``
 (per grade cell: score, checks passed, whether it was attempted, diagnosed mistakes),
-``failed_checks``, ``diagnoses`` and ``notes`` (time-outs, tampering, unreadable
-notebooks, a gradebook that no longer matches what ``grade`` wrote).
+``failed_checks``, ``diagnoses``, ``notes`` (time-outs, tampering, unreadable
+notebooks, a gradebook that no longer matches what ``grade`` wrote), and ``seconds`` and
+``timings`` (how long grading took, in all and per phase).
 
 The item analysis gives, per exercise, the share of students with full marks, how many
 did not attempt it, the named mistakes diagnosed and how often, and the failed checks
@@ -19,6 +20,7 @@ import collections
 import csv
 import io
 import json
+import statistics
 
 from .course import Course
 from .gradebook import read_result_file
@@ -46,8 +48,13 @@ def collect(course: Course, name: str) -> list[dict]:
                 "failed_checks": [],
                 "diagnoses": [],
                 "notes": [],
+                "seconds": 0.0,  # grading time, all notebooks together
+                "timings": {},  # the same, per phase (kernel_start, notebook, checks, ...)
             }
             for nb_id, summary in result["notebooks"].items():
+                record["seconds"] += summary.get("seconds", 0.0)
+                for phase, seconds in summary.get("timings", {}).items():
+                    record["timings"][phase] = record["timings"].get(phase, 0.0) + seconds
                 for gid, cell in summary["cells"].items():
                     diagnosed = [d for d in summary.get("diagnoses", [])
                                  if d["grade_cell"] == gid]
@@ -90,8 +97,9 @@ def collect(course: Course, name: str) -> list[dict]:
                         record["manual_pending"] += grade.max_score
             record["total"] = record["score"] + record["manual_score"]
             record["total_max"] = record["max_score"] + record["manual_max"]
+            record["timings"] = {k: round(v, 2) for k, v in record["timings"].items()}
             for key in ("score", "max_score", "manual_max", "manual_score", "manual_pending",
-                        "total", "total_max"):
+                        "total", "total_max", "seconds"):
                 record[key] = round(record[key], 4)
             records.append(record)
     return records
@@ -227,6 +235,7 @@ def as_table(records: list[dict]) -> str:
             for d in r.get("diagnoses", []):
                 lines.append(f"  {r['student']}: {d['grade_cell']}: diagnosed: {d['pitfall']}")
             lines += [f"  {r['student']}: {note}" for note in r["notes"]]
+    lines += grading_time(records)
     items = item_analysis(records)
     lines += ["", "Item analysis (share of students with full marks per exercise):"]
     for gid, item in sorted(items["exercises"].items()):
@@ -247,6 +256,22 @@ def as_table(records: list[dict]) -> str:
                 f"  {fail['students']:>3} x {fail['exercise']}: {fail['description']}{pit}"
             )
     return "\n".join(lines)
+
+
+def grading_time(records: list[dict], slowest: int = 3) -> list[str]:
+    """Lines on how long grading took: the median, and the slowest submissions with where
+    their time went (a notebook near its time limit, a diagnosis that tried many mistakes)."""
+    timed = sorted((r for r in records if r.get("seconds")), key=lambda r: -r["seconds"])
+    if not timed:
+        return []
+    median = statistics.median(r["seconds"] for r in timed)
+    lines = ["", f"Grading time: median {median:.1f} s per submission ({len(timed)} timed); "
+                 "slowest:"]
+    for r in timed[:slowest]:
+        phases = ", ".join(f"{phase.replace('_', ' ')} {seconds:.1f}"
+                           for phase, seconds in r.get("timings", {}).items() if seconds >= 0.05)
+        lines.append(f"  {r['student']}: {r['seconds']:.1f} s" + (f" ({phases})" if phases else ""))
+    return lines
 
 
 def plot(records: list[dict], path) -> None:

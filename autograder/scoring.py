@@ -32,7 +32,7 @@ def score_cells(
         total = sum(c.weight for c in mine)
         # Structural and property checks earn points only next to at least one passing
         # value check: names, shapes and invariances alone are not an implementation.
-        values_ok = any(c.passed and not gated(c) for c in mine)
+        values_ok = values_pass(mine)
         passed = sum(c.weight for c in mine if c.passed and (values_ok or not gated(c)))
         score = round(max_score * passed / total, 4) if total else 0.0
         table[grade_id] = {
@@ -83,6 +83,16 @@ def gated(check: CheckRecord) -> bool:
     return check.structural or check.property
 
 
+def values_pass(checks: list[CheckRecord]) -> bool:
+    """Whether a check of the values passes, which lets the gated checks count."""
+    return any(c.passed and not gated(c) for c in checks)
+
+
+def waiting_on_values(checks: list[CheckRecord]) -> int:
+    """How many passing checks earn nothing yet, for want of a passing check of the values."""
+    return 0 if values_pass(checks) else sum(1 for c in checks if c.passed and gated(c))
+
+
 def attempted(checks: list[CheckRecord], callees: set[str] = frozenset()) -> bool:
     """False when every check of an exercise failed on an unimplemented stub of its own;
     a stub among ``callees`` (earlier exercises' names it calls) is not its own."""
@@ -125,7 +135,7 @@ def cell_report_markdown(grade_id: str, entry: dict) -> str:
         for check in mine:
             lines.append(f"  - ✘ {html.escape(check.description)}")
         explained |= {check_key(c) for c in mine}
-    values_ok = any(c.passed and not gated(c) for c in entry["checks"])
+    values_ok = values_pass(entry["checks"])
     said = {}  # one cause often fails many checks, with other numbers each time: say it once
     for check in entry["checks"]:
         if check_key(check) in explained:

@@ -136,6 +136,10 @@ def course_view(course: Course, root_dir: Path, latest: dict) -> dict:
                 # What to fix first (an earlier exercise, a named mistake), as checked.
                 exercise["diagnoses"] = (seen.get("diagnoses", []) if seen and
                                          entry.visibility == "full" else [])
+                exercise["shared_reason"] = (seen.get("shared_reason") if seen and
+                                             entry.visibility == "full" else None)
+                exercise["waiting_on_values"] = (seen.get("waiting_on_values", 0) if seen and
+                                                 exercise["checks"] else 0)
                 item["exercises"].append(exercise)
             if result and (item["checked_at"] or "") < (result.get("checked_at") or ""):
                 item["checked_at"] = result.get("checked_at")

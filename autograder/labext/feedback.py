@@ -20,8 +20,9 @@ The visibility setting then decides how much of that goes out (``full``, ``names
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
-from ..scoring import raised_in, readable_message, upstream_message
+from ..scoring import raised_in, readable_message, upstream_message, waiting_on_values
 
 _CASE_ID = re.compile(r"\s*\[[^\]]*\]\s*$")
 _HINT = re.compile(r"\.?\s*Hint:\s*", re.IGNORECASE)
@@ -83,10 +84,35 @@ def _submission_error(text: str) -> str:
     first = text.strip().splitlines()[0] if text.strip() else ""
     if first.startswith("NotImplementedError"):
         where = raised_in(first)
-        return (f"not written yet: `{where}` still raises NotImplementedError" if where
-                else "not written yet: the function still raises NotImplementedError")
+        return not_written([where] if where else [])
     return readable_message(f"SubmissionError: {first}") if first else (
         "your code raised an exception")
+
+
+def not_written(names: list[str]) -> str:
+    """The line for checks that failed on unimplemented stubs (``names``: where they raised)."""
+    if not names:
+        return "not written yet: the function still raises NotImplementedError"
+    quoted = [f"`{name}`" for name in names]
+    listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+    return f"not written yet: {listed} still raise{'s' if len(names) == 1 else ''} " \
+        "NotImplementedError"
+
+
+_NOT_WRITTEN = re.compile(r"not written yet: `([^`]+)` still raises NotImplementedError")
+
+
+def shared_reason(checks: list[dict]) -> str | None:
+    """One line for all of an exercise's failing checks, when one cause fails them all: the
+    same message each time, or stubs not written yet (an exercise of several functions
+    fails on each of them: they are named together)."""
+    messages = list(dict.fromkeys(c["message"] for c in checks if not c["passed"]))
+    if not messages or not all(messages):
+        return None
+    if len(messages) == 1:
+        return messages[0] if sum(not c["passed"] for c in checks) > 1 else None
+    stubs = [_NOT_WRITTEN.fullmatch(m) for m in messages]
+    return not_written([m[1] for m in stubs]) if all(stubs) else None
 
 
 def _clip(text: str) -> str:
@@ -173,6 +199,12 @@ def student_view(trusted: dict, visibility: str, order: list[str] | None = None)
                 "passed": entry.get("passed", 0) if visibility != "score" else None,
                 "total": entry.get("total", 0) if visibility != "score" else None,
                 "checks": checks,
+                # Said once above the list instead of under every failing check.
+                "shared_reason": shared_reason(checks) if visibility == "full" else None,
+                # Passing checks of names, shapes or properties that earn nothing yet.
+                "waiting_on_values": waiting_on_values([
+                    SimpleNamespace(passed=bool(r.get("passed")), structural=r.get("structural"),
+                                    property=r.get("property")) for r in records]) if checks else 0,
             })
         elif grade_id in manual:
             entry = manual[grade_id]
@@ -187,6 +219,8 @@ def student_view(trusted: dict, visibility: str, order: list[str] | None = None)
                 "passed": None,
                 "total": None,
                 "checks": [],
+                "shared_reason": None,
+                "waiting_on_values": 0,
             })
     auto = [e for e in exercises if e["kind"] == "auto"]
     return {

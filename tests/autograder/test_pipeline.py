@@ -200,6 +200,13 @@ def test_reports_in_every_format(graded, tmp_path):
     assert "reference" in report.as_csv(list(records.values()))
     table = report.as_table(list(records.values()))
     assert "Item analysis" in table and "softmax without subtracting the max" in table
+    # Where grading time went: every notebook that ran was timed, phase by phase.
+    timed = {r["student"]: r for r in data if r["seconds"] > 0}
+    assert timed["reference"]["timings"]["checks"] > 0
+    assert timed["broken-infinite-loop"]["timings"]["notebook"] >= 5  # its cell's time limit
+    ran = list(timed.values())
+    slowest = max(ran, key=lambda r: r["seconds"])
+    assert f"  {slowest['student']}: {slowest['seconds']:.1f} s (kernel start " in table
     report.plot(list(records.values()), tmp_path / "plot.png")
     assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from autograder import protocol
-from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
 from autograder.jobs import CheckRecord
-from autograder.scoring import score_cells
+from autograder.scoring import score_cells, waiting_on_values
 
 
 def test_decode_rebuilds_nested_values():
@@ -72,6 +72,23 @@ def test_checklib_messages_name_the_problem():
         expect_tensor([1, 2])
 
 
+def test_a_bad_input_must_raise_value_error_and_a_stub_says_it_is_not_written():
+    def raising(error):
+        with expect_value_error("n = 0", "n = 0 was accepted: raise ValueError"):
+            if error:
+                raise error
+    raising(protocol.SubmissionError("ValueError: n must be positive"))  # passes
+    with pytest.raises(CheckFailure, match="n = 0 was accepted"):
+        raising(None)
+    with pytest.raises(CheckFailure, match="n = 0 should raise ValueError, got: TypeError"):
+        raising(protocol.SubmissionError("TypeError: bad operand"))
+    # An unimplemented stub keeps its own error, which the feedback reads as "not written yet".
+    with pytest.raises(protocol.SubmissionError, match="^NotImplementedError"):
+        raising(protocol.SubmissionError("NotImplementedError: `f` is not written yet"))
+    with pytest.raises(protocol.ForbiddenShortcut):
+        raising(protocol.ForbiddenShortcut("ValueError from torch.softmax"))
+
+
 def _check(grade_cell, weight, passed, structural=False):
     return CheckRecord(id="t", module="m", description="d", grade_cell=grade_cell,
                        weight=weight, passed=passed, structural=structural)
@@ -90,6 +107,7 @@ def test_structural_checks_count_only_next_to_a_passing_value_check():
     wrong, right = _check("a", 1.0, False), _check("a", 1.0, True)
     assert score_cells({"a": 2}, [names, wrong])["a"]["score"] == 0.0
     assert score_cells({"a": 2}, [names, wrong, right])["a"]["score"] == round(2 * 2 / 3, 4)
+    assert waiting_on_values([names, wrong]) == 1 and waiting_on_values([names, right]) == 0
 
 
 def test_the_same_tensor_can_be_sent_twice():

@@ -62,12 +62,20 @@ async def test_reference_full_marks_and_latest_result_in_course(check, save, not
     assert listed == statuses
 
 
-async def test_stub_scores_zero_and_says_what_is_missing(check, save, notebooks):
+async def test_stub_scores_zero_and_says_what_is_missing(check, save, notebooks, jp_fetch):
     status, answer = await check(save(notebooks["stub"]))
     assert status == 200, answer
     assert answer["score"] == 0.0 and answer["max_score"] == 11.0
     failed = [c for e in answer["exercises"] for c in e["checks"] if not c["passed"]]
     assert failed and all("NotImplementedError" in c["message"] for c in failed)
+    # Said once per exercise, and kept in the outline the panel draws after a check.
+    reasons = {e["name"]: e["shared_reason"] for e in answer["exercises"] if e["kind"] == "auto"}
+    assert all(r and r.startswith("not written yet: `") for r in reasons.values()), reasons
+    course = json.loads((await jp_fetch("autograder", "api", "course")).body)
+    listed = {e["name"]: (e["shared_reason"], e["waiting_on_values"])
+              for e in course["assignments"][0]["exercises"] if e["kind"] == "auto"}
+    assert listed == {e["name"]: (e["shared_reason"], e["waiting_on_values"])
+                      for e in answer["exercises"] if e["kind"] == "auto"}
 
 
 async def test_mutant_loses_exactly_the_points_of_what_it_breaks(check, save, notebooks,

@@ -128,6 +128,39 @@ def test_views_by_visibility():
     assert restrict(full["exercises"][0]["checks"], "names")[0]["hint"] is None
 
 
+def test_one_reason_behind_every_failure_is_said_once():
+    def stub(where):
+        return {"description": f"c {where}", "passed": False,
+                "message": f"SubmissionError: NotImplementedError: `{where}` is not written yet "
+                           f"(in `{where}`, line 3: raise NotImplementedError(...))"}
+
+    def view(*records, visibility="full"):
+        trusted = {"cells": {"ex": {"score": 0.0, "max_score": 2.0, "passed": 0,
+                                    "total": len(records), "checks": list(records)}},
+                   "manual": {}, "events": [], "findings": []}
+        return student_view(trusted, visibility)["exercises"][0]
+
+    # An exercise of three functions, none written: they are named together, once.
+    shape = {"description": "names", "passed": True, "message": "", "structural": True}
+    three = view(stub("apply_capacity"), stub("apply_capacity"), stub("sorted_dispatch"),
+                 stub("SparseMoE.forward"), shape)
+    assert three["shared_reason"] == ("not written yet: `apply_capacity`, `sorted_dispatch` "
+                                      "and `SparseMoE.forward` still raise NotImplementedError")
+    # ... and the names check the stub passes earns nothing until a check of values does.
+    assert three["waiting_on_values"] == 1
+    assert view(stub("f"), stub("f"))["shared_reason"] == (
+        "not written yet: `f` still raises NotImplementedError")
+    # A real failure among them, or a single failing check: each is shown on its own.
+    wrong = {"description": "values", "passed": False, "message": "wrong 3"}
+    assert view(stub("f"), stub("g"), wrong)["shared_reason"] is None
+    assert view(stub("f"))["shared_reason"] is None
+    assert view(wrong, {**wrong, "description": "more"})["shared_reason"] == "wrong …"
+    # Once a check of the values passes, the names check counts.
+    right = {"description": "values", "passed": True, "message": ""}
+    assert view(stub("f"), shape, right)["waiting_on_values"] == 0
+    assert view(stub("f"), stub("g"), visibility="names")["shared_reason"] is None
+
+
 def test_a_failing_callee_is_named_first_when_names_may_be_shown():
     upstream = [{"grade_cell": "test_norm", "names": ["LayerNorm"], "attempted": True}]
     trusted = {"cells": {"ex": {"score": 0.0, "max_score": 2.0, "passed": 0, "total": 1,

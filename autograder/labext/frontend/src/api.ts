@@ -28,6 +28,11 @@ export interface IExercise {
   /** Classic mistakes the checks recognised, worded for the student (shown first). */
   diagnoses?: string[];
   checks: ICheck[];
+  /** One reason behind every failing check (a stub not written yet), said once. */
+  shared_reason?: string | null;
+  /** Passing checks of names, shapes or properties that earn points only next to a
+   *  passing check of the values. */
+  waiting_on_values?: number;
 }
 
 export interface IAssignment {

@@ -243,10 +243,9 @@ export class CoursePanel extends Widget {
       item.append(withCode(el('div', 'tc-diagnosis'), diagnosis));
     }
     const failed = e.checks.filter(c => !c.passed);
-    const messages = new Set(failed.map(c => c.message));
-    if (failed.length > 1 && messages.size === 1 && failed[0].message) {
-      // One cause behind every failure (say, the function is not written yet): say it once.
-      item.append(withCode(el('div', 'tc-checkMessage tc-shared'), failed[0].message));
+    if (e.shared_reason) {
+      // One cause behind every failure (say, the functions are not written yet): say it once.
+      item.append(withCode(el('div', 'tc-checkMessage tc-shared'), e.shared_reason));
     } else if (failed.length) {
       const shown = this.showAll.has(e.name) ? failed : failed.slice(0, MAX_CHECKS);
       const checks = el('ul', 'tc-checks');
@@ -265,7 +264,17 @@ export class CoursePanel extends Widget {
     }
     if (e.checks.length) {
       const passed = e.checks.length - failed.length;
-      item.append(el('div', 'tc-meta', `${passed} of ${e.checks.length} hidden checks pass`));
+      const waiting = e.waiting_on_values ?? 0;
+      // A check of names or shapes that passes on a stub earns nothing yet: say so.
+      const earning =
+        waiting === 0
+          ? ''
+          : waiting === passed
+            ? `; ${passed === 1 ? 'it counts' : 'they count'} once a check of your values passes`
+            : `; ${waiting} of them count once a check of your values passes`;
+      item.append(
+        el('div', 'tc-meta', `${passed} of ${e.checks.length} hidden checks pass${earning}`)
+      );
     }
     return item;
   }
@@ -288,7 +297,8 @@ function renderCheck(check: ICheck): HTMLElement {
     item.append(withCode(el('div', 'tc-checkHint'), `Hint: ${check.hint}`));
   }
   if (check.pitfall) {
-    item.append(withCode(el('div', 'tc-checkPitfall'), `Common mistake: ${check.pitfall}`));
+    // A cause to look for, not a verdict: the student may well not have made it.
+    item.append(withCode(el('div', 'tc-checkPitfall'), `A common cause: ${check.pitfall}`));
   }
   return item;
 }
