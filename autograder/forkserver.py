@@ -72,6 +72,7 @@ class ForkServer:
 
     def __init__(self, slot: int, scratch_root: Path, hidden: tuple[Path, ...]):
         self.slot, self.scratch_root, self.hidden = slot, Path(scratch_root), tuple(hidden)
+        self.started_at = time.monotonic()
         self._lock = threading.Lock()
         self._log = tempfile.TemporaryFile()
         env = kernel_environment(self.scratch_root)

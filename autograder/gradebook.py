@@ -187,7 +187,7 @@ def record(
         "manual_pending": [gid for gid, s in manual_scores.items() if s is None],
         "isolation": result.isolation,
         "seconds": result.seconds,
-        # Where those seconds went: kernel_start, notebook, checks, diagnosis.
+        # Where those seconds went: warm_up, kernel_start, notebook, checks, diagnosis.
         "timings": result.timings,
     }
 

@@ -98,7 +98,8 @@ class NotebookResult:
     #: The isolation and the caps that were in force (printed in the feedback).
     isolation: str = ""
     seconds: float = 0.0
-    #: Seconds per phase: kernel_start, notebook, checks.
+    #: Seconds per phase: warm_up (a worker's first kernel only), kernel_start, notebook,
+    #: checks, diagnosis.
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):

@@ -59,6 +59,8 @@ class KernelLauncher:
         #: Whether this submission's kernels see the GPU (:mod:`autograder.gpu`).
         self.uses_gpu = limits.gpu and gpu.available()
         self.km: SandboxedKernelManager | None = None
+        #: Seconds spent starting this slot's fork server (once per grading worker).
+        self.warm_up_seconds = 0.0
         self._context: zmq.asyncio.Context | None = None
         self._inside_pid: int | None = None
 
@@ -81,7 +83,11 @@ class KernelLauncher:
     def _fork_server(self):
         if not self.use_fork_server or self.uses_gpu:  # the template has no GPU
             return None
-        return forkserver.get(self.slot, self.hidden)
+        started = time.monotonic()
+        server = forkserver.get(self.slot, self.hidden)
+        if server is not None and server.started_at >= started:  # this call started it
+            self.warm_up_seconds += time.monotonic() - started
+        return server
 
     def _start(self, server) -> SandboxedKernelManager:
         workdir = self.storage.workdir

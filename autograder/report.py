@@ -49,7 +49,7 @@ def collect(course: Course, name: str) -> list[dict]:
                 "diagnoses": [],
                 "notes": [],
                 "seconds": 0.0,  # grading time, all notebooks together
-                "timings": {},  # the same, per phase (kernel_start, notebook, checks, ...)
+                "timings": {},  # the same, per phase (warm_up, kernel_start, notebook, checks, ...)
             }
             for nb_id, summary in result["notebooks"].items():
                 record["seconds"] += summary.get("seconds", 0.0)
@@ -271,6 +271,9 @@ def grading_time(records: list[dict], slowest: int = 3) -> list[str]:
         phases = ", ".join(f"{phase.replace('_', ' ')} {seconds:.1f}"
                            for phase, seconds in r.get("timings", {}).items() if seconds >= 0.05)
         lines.append(f"  {r['student']}: {r['seconds']:.1f} s" + (f" ({phases})" if phases else ""))
+    if any(r.get("timings", {}).get("warm_up", 0) >= 0.05 for r in timed[:slowest]):
+        lines.append("  (warm up: the first kernel of each grading worker waits, once, for the "
+                     "worker to load the kernels' libraries)")
     return lines
 
 
