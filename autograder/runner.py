@@ -172,8 +172,8 @@ def _grade_notebook(job: Job, slot: int) -> NotebookResult:
         # load the libraries: a one-off, kept apart so it is not read as a slow start.
         warm_up = round(session.launcher.warm_up_seconds, 3)
         if warm_up:
-            started = max(result.timings["kernel_start"] - warm_up, 0)
-            result.timings = {"warm_up": warm_up, "kernel_start": round(started, 3)}
+            start_alone = max(result.timings["kernel_start"] - warm_up, 0)
+            result.timings = {"warm_up": warm_up, "kernel_start": round(start_alone, 3)}
         test_ids = set(job.test_cell_ids)
         session.run_notebook(
             nb, skip=lambda cell: cell.metadata.get("nbgrader", {}).get("grade_id") in test_ids

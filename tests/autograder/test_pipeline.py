@@ -205,6 +205,9 @@ def test_reports_in_every_format(graded, tmp_path):
     assert timed["reference"]["timings"]["checks"] > 0
     assert timed["broken-infinite-loop"]["timings"]["notebook"] >= 5  # its cell's time limit
     ran = list(timed.values())
+    for r in ran:  # the phases add up to the whole, less the kernel's shutdown
+        phases = sum(r["timings"].values())
+        assert phases <= r["seconds"] + 0.1 and r["seconds"] < phases + 5, r
     slowest = max(ran, key=lambda r: r["seconds"])
     assert f"  {slowest['student']}: {slowest['seconds']:.1f} s (" in table
     if forkserver.enabled():
