@@ -57,6 +57,10 @@ def test_not_attempted_and_gated_checks():
     stub = _check(False, "NotImplementedError: `f` is not written yet")
     assert not attempted([stub, stub])
     assert attempted([stub, _check(False, "differs from the expected values")])
+    # A stub whose __init__ makes the parameters passes the parameter-names check: that
+    # earns nothing and says nothing about an attempt.
+    names = _check(True, structural=True)
+    assert not attempted([names, stub]) and attempted([names, _check(True), stub])
     prop, wrong, right = _check(True, property=True), _check(False, "differs"), _check(True)
     assert score_cells({"g": 2}, [prop, wrong])["g"]["score"] == 0  # a constant passes prop
     assert score_cells({"g": 3}, [prop, wrong, right])["g"]["score"] == 2
