@@ -20,6 +20,7 @@ import collections
 import csv
 import io
 import json
+import re
 import statistics
 
 from .course import Course
@@ -172,7 +173,30 @@ def item_analysis(records: list[dict]) -> dict:
         }
         for (ex, check), n in failures.most_common()
     ]
-    return {"exercises": exercises, "failed_checks": checks}
+    return {"exercises": exercises, "failed_checks": checks,
+            "failed_check_families": check_families(checks)}
+
+
+def check_families(checks: list[dict]) -> list[dict]:
+    """``failed_checks`` with the cases of one parametrised check (``test_loss[10% of the
+    points]``, ``test_loss[20% of the points]``, ...) as one entry: ``students`` is the
+    most any case failed, ``fewest`` the least, ``cases`` how many cases failed."""
+    families: dict[tuple, dict] = {}
+    for check in checks:
+        base, bracket, _ = check["check"].partition("[")
+        key = (check["exercise"], base)
+        family = families.get(key)
+        if family is None:
+            description = check["description"]
+            if bracket:  # the case's id, which pytest appends to the description
+                description = re.sub(r"\s*\[[^\]]*\]$", "", description)
+            families[key] = {**check, "check": base, "description": description,
+                             "fewest": check["students"], "cases": 1}
+        else:
+            family["students"] = max(family["students"], check["students"])
+            family["fewest"] = min(family["fewest"], check["students"])
+            family["cases"] += 1
+    return sorted(families.values(), key=lambda f: -f["students"])
 
 
 def as_json(records: list[dict]) -> str:
@@ -250,10 +274,13 @@ def as_table(records: list[dict]) -> str:
             lines.append(f"      {n:>3} x diagnosed: {pitfall}")
     if items["failed_checks"]:
         lines += ["", "Most failed checks no diagnosis explains (and the pitfall they point to):"]
-        for fail in items["failed_checks"][:12]:
+        for fail in items["failed_check_families"][:12]:
             pit = f" -> {fail['pitfall']}" if fail["pitfall"] else ""
+            many = fail["students"] if fail["fewest"] == fail["students"] else (
+                f"{fail['fewest']}-{fail['students']}")
+            cases = f" ({fail['cases']} cases)" if fail["cases"] > 1 else ""
             lines.append(
-                f"  {fail['students']:>3} x {fail['exercise']}: {fail['description']}{pit}"
+                f"  {many:>3} x {fail['exercise']}: {fail['description']}{cases}{pit}"
             )
     return "\n".join(lines)
 

@@ -112,3 +112,25 @@ def test_the_item_analysis_counts_failures_that_follow_an_earlier_exercise_apart
     items = item_analysis([record(["test_norm"]), record([]), record([])])
     assert items["exercises"]["test_block"]["after_earlier"] == 1
     assert items["failed_checks"][0]["students"] == 2  # the block's own failures only
+
+
+def test_the_cases_of_one_parametrised_check_are_one_line_of_the_item_analysis():
+    from autograder.report import as_table
+
+    def record(student, levels):
+        fails = [{"exercise": "test_checkpoint", "check": f"test_loss[{p}% of the points]",
+                  "description": f"The loss reaches the level. [{p}% of the points]",
+                  "pitfall": "Undertrained", "cause": None} for p in levels]
+        fails.append({"exercise": "test_checkpoint", "check": "test_loads", "cause": None,
+                      "description": "The checkpoint loads.", "pitfall": None})
+        return {"student": student, "score": 0.0, "max_score": 4.0, "manual_score": 0.0,
+                "manual_pending": 0, "manual_max": 0.0, "notes": [], "diagnoses": [],
+                "failed_checks": fails,
+                "exercises": {"test_checkpoint": {"score": 0.0, "max_score": 4.0,
+                                                  "attempted": True, "upstream": []}}}
+
+    table = as_table([record("a", (90, 100)), record("b", (80, 90, 100))])
+    assert ("  1-2 x test_checkpoint: The loss reaches the level. (3 cases) -> Undertrained"
+            in table), table
+    assert "    2 x test_checkpoint: The checkpoint loads.\n" in table + "\n"
+    assert "% of the points" not in table
