@@ -284,3 +284,27 @@ def test_dq_written_with_store_hears_about_atomic_add(tmp_path, request):
             with pytest.raises(CheckFailure, match=expect) as failure:
                 check(student)
             assert "one tile of 16 keys" in str(failure.value)
+
+
+def test_a_wrapper_that_returns_only_out_loses_the_lse_checks_alone(tmp_path, request):
+    """Forgetting to return lse costs the checks of lse; a right output still earns the
+    checks of the output, and the message says why lse is needed."""
+    if not _interpreter_ready():  # run this test again where the interpreter can be had
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", request.node.nodeid, "-q", "-p", "no:cacheprovider"],
+            cwd=request.config.rootpath, env={**os.environ, "TRITON_INTERPRET": "1"},
+            capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-4000:]
+        return
+    spec = AssignmentSpec.load("04-flash-attention")
+    checks = _checks(spec, "test_triton_kernel")
+    namespace, _ = _whole_notebook(spec, "flash", edits=[("    return out, lse\n",
+                                                          "    return out\n")])
+    student = Submission(InProcessKernel(namespace), nb=None, exchange_dir=tmp_path)
+    for check in (checks.test_non_causal_mha, checks.test_causal_square, checks.test_gqa_and_mqa):
+        check(student)
+    for check in (checks.test_lse_is_the_natural_logsumexp, checks.test_fp16_inputs,
+                  checks.test_custom_scale_and_tiles, checks.test_rectangular_causal):
+        with pytest.raises(CheckFailure, match="should return a tuple .out, lse., got Tensor: "
+                                               "the backward pass needs lse"):
+            check(student)
