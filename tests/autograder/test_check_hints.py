@@ -259,15 +259,23 @@ def _interpreter_ready() -> bool:
     return runtime.HAS_TRITON and runtime._interpreted(runtime.tl.max)
 
 
+def ran_in_a_fresh_process(request) -> bool:
+    """Where this process cannot have the interpreter, run the test again in one that
+    can (and assert it passed there): True when it did."""
+    if _interpreter_ready():
+        return False
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", request.node.nodeid, "-q", "-p", "no:cacheprovider"],
+        cwd=request.config.rootpath, env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-4000:]
+    return True
+
+
 def test_dq_written_with_store_hears_about_atomic_add(tmp_path, request):
     """A backward kernel that stores its dq share keeps one key tile's share per row: dk and
     dv are right, and the check says which write to change. The right kernel passes."""
-    if not _interpreter_ready():  # run this test again where the interpreter can be had
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", request.node.nodeid, "-q", "-p", "no:cacheprovider"],
-            cwd=request.config.rootpath, env={**os.environ, "TRITON_INTERPRET": "1"},
-            capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-4000:]
+    if ran_in_a_fresh_process(request):
         return
     spec = AssignmentSpec.load("04-flash-attention")
     add = "tl.atomic_add(DQ + q_ptrs, dq, mask=row_ok[:, None])  # other key tiles add theirs"
@@ -289,12 +297,7 @@ def test_dq_written_with_store_hears_about_atomic_add(tmp_path, request):
 def test_a_wrapper_that_returns_only_out_loses_the_lse_checks_alone(tmp_path, request):
     """Forgetting to return lse costs the checks of lse; a right output still earns the
     checks of the output, and the message says why lse is needed."""
-    if not _interpreter_ready():  # run this test again where the interpreter can be had
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", request.node.nodeid, "-q", "-p", "no:cacheprovider"],
-            cwd=request.config.rootpath, env={**os.environ, "TRITON_INTERPRET": "1"},
-            capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-4000:]
+    if ran_in_a_fresh_process(request):
         return
     spec = AssignmentSpec.load("04-flash-attention")
     checks = _checks(spec, "test_triton_kernel")
