@@ -22,6 +22,7 @@ from nbgrader.preprocessors import ClearSolutions
 from tqdm import tqdm
 
 from .course import AssignmentSpec, Course, CourseError, Mutant, notebook_from_text
+from .prepare_checkpoint import checkpoint_cache_dir
 
 
 def _grade_id(cell) -> str | None:
@@ -216,7 +217,9 @@ def write_submissions(
 
     Every notebook is written first; then, if the assignment names a ``prepare`` script,
     it runs for each submission that is not degenerate, ``workers`` at a time (default:
-    the cores; each run is its own process), with a progress bar on stderr.
+    the cores; each run is its own process), with a progress bar on stderr. Trained
+    checkpoints are kept in the checkpoint cache between calls
+    (:func:`~autograder.prepare_checkpoint.checkpoint_cache_dir`).
     """
     for student, notebooks in students.items():
         folder = course.path("submitted", student, spec.name)
@@ -231,10 +234,15 @@ def write_submissions(
     to_prepare = [s for s in students if s not in DEGENERATE] if spec.prepare else []
     if not to_prepare:
         return
+    cache = checkpoint_cache_dir()
     with tempfile.TemporaryDirectory(prefix="autograder-prepare-") as scratch, \
             ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        shared = cache or Path(scratch)
+        if progress:
+            tqdm.write(f"preparing {spec.name}: checkpoints are cached in {shared}"
+                       + ("" if cache else " (for this run only)"), file=sys.stderr)
         runs = [pool.submit(run_prepare, spec, course.path("submitted", s, spec.name), s,
-                            Path(scratch)) for s in to_prepare]
+                            shared) for s in to_prepare]
         bar = tqdm(total=len(runs), desc=f"preparing {spec.name} ({spec.prepare})",
                    unit="submission", disable=not progress, file=sys.stderr)
         with bar:
@@ -254,8 +262,10 @@ def run_prepare(spec: AssignmentSpec, folder: Path, student: str, scratch: Path)
     this Python, the submission folder as working directory, at most
     ``submission_timeout`` seconds) after the submission's notebooks are written, and
     writes what that student would hand in next to them. ``AUTOGRADER_PREPARE_SCRATCH``
-    names a folder shared by the runs of one :func:`write_submissions` call (a cache, say;
-    the runs may overlap, so the script must guard what it shares). A failure is
+    names a folder the runs share, within one :func:`write_submissions` call and across
+    calls: the checkpoint cache (:func:`~autograder.prepare_checkpoint.checkpoint_cache_dir`),
+    or a folder of this call alone when that is off. The runs may overlap, so the script
+    must guard what it shares (key its files by all they depend on). A failure is
     reported on stderr and grading goes on: the submission then lacks the file, as a
     student's would. Returns whether the script succeeded.
     """

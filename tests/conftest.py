@@ -6,11 +6,30 @@ Left as it is, xdist hands out the files with the most tests first, so the file 
 `autograder validate` cases (seven tests, close to half of the suite's work) went to one
 worker as one unit, late in the run. Here each of those cases is a unit of its own (each
 grades its own throwaway course, so nothing is built twice) and the longest units start
-first, the rest following in xdist's usual order."""
+first, the rest following in xdist's usual order.
+
+Each process of the suite also gets a checkpoint cache of its own, so the made
+submissions of 05 and 07 are trained in every run, as on CI's fresh machine."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections import OrderedDict
+
+
+def pytest_configure(config):
+    # Never the user's cache (~/.cache/autograder): a checkpoint trained by an earlier
+    # run would hide a training run that no longer works.
+    config._checkpoint_cache = tempfile.mkdtemp(prefix="autograder-test-checkpoints-")
+    os.environ["AUTOGRADER_CHECKPOINT_CACHE"] = config._checkpoint_cache
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "_checkpoint_cache", None):
+        shutil.rmtree(config._checkpoint_cache, ignore_errors=True)
+
 
 #: Test files whose tests share no module fixture, each test a unit of its own.
 SPLIT_PER_TEST = ("tests/assignments/test_validate_assignments.py",)

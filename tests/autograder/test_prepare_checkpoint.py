@@ -13,7 +13,10 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
+
+import pytest
 
 from autograder.prepare_checkpoint import assignment_cells, cache_key
 
@@ -47,15 +50,18 @@ def _notebook(answer: int, unused: str) -> dict:
             "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
 
-def _prepare_together(tmp_path: Path, notebooks: dict[str, dict]) -> dict[str, str]:
+def _prepare_together(tmp_path: Path, notebooks: dict[str, dict],
+                      suffix: str = "") -> dict[str, str]:
+    """Prepare ``notebooks`` at once, each in ``tmp_path/<student><suffix>``, sharing one
+    cache; returns each run's output."""
     script = tmp_path / "prepare.py"
     script.write_text(SCRIPT)
     scratch = tmp_path / "scratch"
-    scratch.mkdir()
+    scratch.mkdir(exist_ok=True)
     env = {**os.environ, "AUTOGRADER_PREPARE_SCRATCH": str(scratch)}
     runs = {}
     for student, nb in notebooks.items():
-        folder = tmp_path / student
+        folder = tmp_path / f"{student}{suffix}"
         folder.mkdir()
         (folder / "work.ipynb").write_text(json.dumps(nb))
         runs[student] = subprocess.Popen([sys.executable, str(script), student], cwd=folder,
@@ -65,7 +71,7 @@ def _prepare_together(tmp_path: Path, notebooks: dict[str, dict]) -> dict[str, s
         stdout, _ = run.communicate(timeout=120)
         assert run.returncode == 0, stdout
         out[student] = stdout
-        assert (tmp_path / student / "model.bin").is_file(), student
+        assert (tmp_path / f"{student}{suffix}" / "model.bin").is_file(), student
     return out
 
 
@@ -92,3 +98,120 @@ def test_key_ignores_only_the_cells_training_never_calls(tmp_path):
     # test cells are never executed, so they are not part of the key either
     assert [grade_id for grade_id, _ in assignment_cells(_notebook(1, "a"))] == ["answer",
                                                                                   "unused"]
+
+
+def test_a_second_call_trains_nothing(tmp_path):
+    notebooks = {"reference": _notebook(42, "x = 1"), "other": _notebook(7, "x = 1")}
+    first = _prepare_together(tmp_path, notebooks)
+    assert all("trained" in text for text in first.values()), first
+    second = _prepare_together(tmp_path, notebooks, suffix="-again")
+    assert all("from the cache" in text for text in second.values()), second
+    assert (tmp_path / "reference-again" / "model.bin").read_text() == "42"
+    assert (tmp_path / "other-again" / "model.bin").read_text() == "7"
+    cached = sorted(p.name for p in (tmp_path / "scratch").glob("toy-*.bin"))
+    assert len(cached) == 2, cached
+
+
+def test_a_copy_cut_short_leaves_nothing_to_reuse(tmp_path, monkeypatch):
+    from autograder import prepare_checkpoint as pc
+
+    folder, cache = tmp_path / "submission", tmp_path / "cache"
+    folder.mkdir()
+    cache.mkdir()
+    (folder / "work.ipynb").write_text(json.dumps(_notebook(42, "x = 1")))
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("AUTOGRADER_PREPARE_SCRATCH", str(cache))
+
+    def copy_cut_short(src, dst):  # the process dies half-way through writing dst
+        Path(dst).write_text(Path(src).read_text()[:1])
+        raise KeyboardInterrupt
+
+    def train_and_save(namespace):
+        Path("model.bin").write_text(str(namespace["ANSWER"]))
+        return 0.5
+
+    monkeypatch.setattr(pc.shutil, "copyfile", copy_cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        pc.prepare_checkpoint("s", script=Path(pc.__file__), notebook="work.ipynb",
+                              checkpoint="model.bin", name="toy", not_for_training=set(),
+                              train_and_save=train_and_save, steps=1)
+    assert not list(cache.glob("toy-*.bin")), "a truncated checkpoint would be reused"
+
+
+def test_a_data_file_named_in_also_reads_is_part_of_the_key(tmp_path, monkeypatch, capsys):
+    from autograder.prepare_checkpoint import prepare_checkpoint
+
+    data = tmp_path / "corpus.txt"
+    data.write_text("first corpus")
+    monkeypatch.setenv("AUTOGRADER_PREPARE_SCRATCH", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+
+    def train_and_save(namespace):
+        Path("model.bin").write_text(data.read_text())
+        return 0.5
+
+    def prepare(student):
+        folder = tmp_path / student
+        folder.mkdir()
+        (folder / "work.ipynb").write_text(json.dumps(_notebook(42, "x = 1")))
+        monkeypatch.chdir(folder)
+        prepare_checkpoint(student, script=tmp_path / "prepare.py", notebook="work.ipynb",
+                           checkpoint="model.bin", name="toy", not_for_training=set(),
+                           train_and_save=train_and_save, steps=1, also_reads=(data,))
+        return capsys.readouterr().out, (folder / "model.bin").read_text()
+
+    (tmp_path / "prepare.py").write_text(SCRIPT)
+    assert "trained" in prepare("a")[0]
+    assert "from the cache" in prepare("b")[0]
+    data.write_text("second corpus")
+    out, trained_on = prepare("c")
+    assert "trained" in out and trained_on == "second corpus"
+
+
+def test_key_follows_the_code_training_reads(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("pass")
+    library = tmp_path / "toolkit"
+    library.mkdir()
+    (library / "models.py").write_text("WIDTH = 64")
+    cells = assignment_cells(_notebook(1, "a"))
+    key = lambda: cache_key(script, cells, set(), training_code=(library,))  # noqa: E731
+    before = key()
+    (library / "__pycache__").mkdir()
+    (library / "__pycache__" / "models.cpython-311.pyc").write_bytes(b"\0")
+    assert key() == before  # byte code is not code that changed
+    (library / "models.py").write_text("WIDTH = 128")
+    assert key() != before
+    (library / "models.py").write_text("WIDTH = 64")
+    assert key() == before
+    (library / "data.py").write_text("")
+    assert key() != before
+    # the real key covers the toolkit and the module that runs the cells
+    from autograder import prepare_checkpoint
+    covered = [Path(p).name for p in prepare_checkpoint.TRAINING_CODE]
+    assert covered == ["toolkit", "prepare_checkpoint.py"]
+
+
+def test_cache_folder_setting_and_pruning(tmp_path, monkeypatch, capsys):
+    from autograder.prepare_checkpoint import CACHE_MAX_AGE_DAYS, checkpoint_cache_dir
+
+    monkeypatch.setenv("AUTOGRADER_CHECKPOINT_CACHE", "off")
+    assert checkpoint_cache_dir() is None
+    monkeypatch.delenv("AUTOGRADER_CHECKPOINT_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert checkpoint_cache_dir() == tmp_path / "xdg" / "autograder" / "checkpoints"
+    folder = tmp_path / "mine"
+    monkeypatch.setenv("AUTOGRADER_CHECKPOINT_CACHE", str(folder))
+    assert checkpoint_cache_dir() == folder and folder.is_dir()
+    stale, fresh = folder / "toy-old.bin", folder / "toy-new.bin"
+    stale.write_text("1")
+    fresh.write_text("2")
+    long_ago = time.time() - (CACHE_MAX_AGE_DAYS + 1) * 86400
+    os.utime(stale, (long_ago, long_ago))
+    checkpoint_cache_dir()
+    assert not stale.exists() and fresh.exists()
+    # A folder that cannot be made: no cache, a message that says what to set.
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("AUTOGRADER_CHECKPOINT_CACHE", str(tmp_path / "a-file" / "cache"))
+    assert checkpoint_cache_dir() is None
+    assert "AUTOGRADER_CHECKPOINT_CACHE" in capsys.readouterr().err
