@@ -21,7 +21,8 @@ rest, the same for all of them:
    reported and skipped, as a broken submission's would be) and hand it to the script's
    ``train_and_save``;
 4. never fail: a submission that cannot train gets no checkpoint, as a student's would
-   not, and the checks then say the file is missing.
+   not, and the checks then say the file is missing; a cache that cannot be written to
+   (a full disk, a folder of someone else's) only costs a training.
 """
 
 from __future__ import annotations
@@ -171,9 +172,15 @@ def prepare_checkpoint(
         return 0
     key = cache_key(script, cells, not_for_training, (*TRAINING_CODE, *also_reads))
     cached = Path(scratch, f"{name}-{key}{Path(checkpoint).suffix}")
+    try:
+        lock = open(Path(scratch, f"{name}-{key}.lock"), "w")
+    except OSError as exc:  # a cache we may not write to: train as if there were none
+        print(f"{student}: not using the cache {scratch} ({exc})")
+        _train(student, cells, checkpoint, name, train_and_save, steps)
+        return 0
     # Submissions are prepared in parallel: the first run of a key trains while later
     # runs of the same key wait here, then copy its checkpoint.
-    with open(Path(scratch, f"{name}-{key}.lock"), "w") as lock:
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if cached.is_file():
             shutil.copyfile(cached, checkpoint)
@@ -185,8 +192,12 @@ def prepare_checkpoint(
             # Copy, then rename: a run stopped mid-copy leaves no truncated checkpoint
             # for every later run to reuse.
             partial = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
-            shutil.copyfile(checkpoint, partial)
-            os.replace(partial, cached)
+            try:
+                shutil.copyfile(checkpoint, partial)
+                os.replace(partial, cached)
+            except OSError as exc:  # a full disk costs the next run a training, no more
+                partial.unlink(missing_ok=True)
+                print(f"{student}: {checkpoint} not cached ({exc})")
     return 0
 
 

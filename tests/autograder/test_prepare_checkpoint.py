@@ -8,8 +8,10 @@ the first instead of training again. Real processes, started together.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -136,6 +138,44 @@ def test_a_copy_cut_short_leaves_nothing_to_reuse(tmp_path, monkeypatch):
                               checkpoint="model.bin", name="toy", not_for_training=set(),
                               train_and_save=train_and_save, steps=1)
     assert not list(cache.glob("toy-*.bin")), "a truncated checkpoint would be reused"
+
+
+def test_a_cache_that_cannot_be_written_costs_a_training_not_the_checkpoint(
+        tmp_path, monkeypatch, capsys):
+    from autograder import prepare_checkpoint as pc
+
+    def train_and_save(namespace):
+        Path("model.bin").write_text(str(namespace["ANSWER"]))
+        return 0.5
+
+    def prepare(student, cache):
+        folder = tmp_path / student
+        folder.mkdir()
+        (folder / "work.ipynb").write_text(json.dumps(_notebook(42, "x = 1")))
+        monkeypatch.chdir(folder)
+        monkeypatch.setenv("AUTOGRADER_PREPARE_SCRATCH", str(cache))
+        assert pc.prepare_checkpoint(
+            student, script=Path(pc.__file__), notebook="work.ipynb", checkpoint="model.bin",
+            name="toy", not_for_training=set(), train_and_save=train_and_save, steps=1) == 0
+        assert (folder / "model.bin").read_text() == "42"
+        return capsys.readouterr().out
+
+    not_a_folder = tmp_path / "not-a-folder"
+    not_a_folder.write_text("")
+    assert "not using the cache" in prepare("a", not_a_folder)
+
+    full = tmp_path / "full-disk"
+    full.mkdir()
+    real_copy = shutil.copyfile
+
+    def no_space_in_the_cache(src, dst):
+        if Path(dst).parent == full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_copy(src, dst)
+
+    monkeypatch.setattr(pc.shutil, "copyfile", no_space_in_the_cache)
+    assert "not cached" in prepare("b", full)
+    assert not list(full.glob("toy-*.bin*")), "nothing half-written stays in the cache"
 
 
 def test_a_data_file_named_in_also_reads_is_part_of_the_key(tmp_path, monkeypatch, capsys):
