@@ -167,17 +167,12 @@ def prepare_checkpoint(
         return 0
     cells = assignment_cells(nb)
     scratch = os.environ.get("AUTOGRADER_PREPARE_SCRATCH")
-    if not scratch:
-        _train(student, cells, checkpoint, name, train_and_save, steps)
-        return 0
     key = cache_key(script, cells, not_for_training, (*TRAINING_CODE, *also_reads))
-    cached = Path(scratch, f"{name}-{key}{Path(checkpoint).suffix}")
-    try:
-        lock = open(Path(scratch, f"{name}-{key}.lock"), "w")
-    except OSError as exc:  # a cache we may not write to: train as if there were none
-        print(f"{student}: not using the cache {scratch} ({exc})")
+    lock = _open_lock(Path(scratch, f"{name}-{key}.lock"), student) if scratch else None
+    if lock is None:  # no cache: train
         _train(student, cells, checkpoint, name, train_and_save, steps)
         return 0
+    cached = Path(scratch, f"{name}-{key}{Path(checkpoint).suffix}")
     # Submissions are prepared in parallel: the first run of a key trains while later
     # runs of the same key wait here, then copy its checkpoint.
     with lock:
@@ -199,6 +194,16 @@ def prepare_checkpoint(
                 partial.unlink(missing_ok=True)
                 print(f"{student}: {checkpoint} not cached ({exc})")
     return 0
+
+
+def _open_lock(path: Path, student: str):
+    """The key's lock file, open for writing; None (with a message) where the cache
+    cannot be written to, which then only costs a training."""
+    try:
+        return open(path, "w")
+    except OSError as exc:
+        print(f"{student}: not using the cache {path.parent} ({exc})")
+        return None
 
 
 def _train(student, cells, checkpoint, name, train_and_save, steps) -> None:

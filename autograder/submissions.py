@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import nullcontext
 from pathlib import Path
 
 import nbformat
@@ -235,14 +236,16 @@ def write_submissions(
     if not to_prepare:
         return
     cache = checkpoint_cache_dir()
-    with tempfile.TemporaryDirectory(prefix="autograder-prepare-") as scratch, \
+    # Caching switched off: a folder of this call's runs alone, deleted afterwards.
+    folder = nullcontext(cache) if cache else tempfile.TemporaryDirectory(
+        prefix="autograder-prepare-")
+    with folder as shared, \
             ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        shared = cache or Path(scratch)
         if progress:
             tqdm.write(f"preparing {spec.name}: checkpoints are cached in {shared}"
                        + ("" if cache else " (for this run only)"), file=sys.stderr)
         runs = [pool.submit(run_prepare, spec, course.path("submitted", s, spec.name), s,
-                            shared) for s in to_prepare]
+                            Path(shared)) for s in to_prepare]
         bar = tqdm(total=len(runs), desc=f"preparing {spec.name} ({spec.prepare})",
                    unit="submission", disable=not progress, file=sys.stderr)
         with bar:

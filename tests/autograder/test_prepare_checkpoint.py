@@ -114,29 +114,43 @@ def test_a_second_call_trains_nothing(tmp_path):
     assert len(cached) == 2, cached
 
 
-def test_a_copy_cut_short_leaves_nothing_to_reuse(tmp_path, monkeypatch):
-    from autograder import prepare_checkpoint as pc
+def _save_answer(namespace):
+    """The toy training: the checkpoint is the notebook's ANSWER."""
+    Path("model.bin").write_text(str(namespace["ANSWER"]))
+    return 0.5
 
-    folder, cache = tmp_path / "submission", tmp_path / "cache"
+
+def _prepare_here(tmp_path, monkeypatch, student, cache, train_and_save=_save_answer,
+                  **options) -> Path:
+    """``prepare_checkpoint`` in this process for a notebook with ANSWER = 42, in
+    ``tmp_path/<student>``, sharing ``cache``; returns the submission's folder."""
+    from autograder.prepare_checkpoint import prepare_checkpoint
+
+    folder = tmp_path / student
     folder.mkdir()
-    cache.mkdir()
     (folder / "work.ipynb").write_text(json.dumps(_notebook(42, "x = 1")))
     monkeypatch.chdir(folder)
     monkeypatch.setenv("AUTOGRADER_PREPARE_SCRATCH", str(cache))
+    assert prepare_checkpoint(
+        student, script=Path(__file__), notebook="work.ipynb", checkpoint="model.bin",
+        name="toy", not_for_training=set(), train_and_save=train_and_save, steps=1,
+        **options) == 0
+    return folder
+
+
+def test_a_copy_cut_short_leaves_nothing_to_reuse(tmp_path, monkeypatch):
+    from autograder import prepare_checkpoint as pc
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
 
     def copy_cut_short(src, dst):  # the process dies half-way through writing dst
         Path(dst).write_text(Path(src).read_text()[:1])
         raise KeyboardInterrupt
 
-    def train_and_save(namespace):
-        Path("model.bin").write_text(str(namespace["ANSWER"]))
-        return 0.5
-
     monkeypatch.setattr(pc.shutil, "copyfile", copy_cut_short)
     with pytest.raises(KeyboardInterrupt):
-        pc.prepare_checkpoint("s", script=Path(pc.__file__), notebook="work.ipynb",
-                              checkpoint="model.bin", name="toy", not_for_training=set(),
-                              train_and_save=train_and_save, steps=1)
+        _prepare_here(tmp_path, monkeypatch, "s", cache)
     assert not list(cache.glob("toy-*.bin")), "a truncated checkpoint would be reused"
 
 
@@ -144,19 +158,8 @@ def test_a_cache_that_cannot_be_written_costs_a_training_not_the_checkpoint(
         tmp_path, monkeypatch, capsys):
     from autograder import prepare_checkpoint as pc
 
-    def train_and_save(namespace):
-        Path("model.bin").write_text(str(namespace["ANSWER"]))
-        return 0.5
-
     def prepare(student, cache):
-        folder = tmp_path / student
-        folder.mkdir()
-        (folder / "work.ipynb").write_text(json.dumps(_notebook(42, "x = 1")))
-        monkeypatch.chdir(folder)
-        monkeypatch.setenv("AUTOGRADER_PREPARE_SCRATCH", str(cache))
-        assert pc.prepare_checkpoint(
-            student, script=Path(pc.__file__), notebook="work.ipynb", checkpoint="model.bin",
-            name="toy", not_for_training=set(), train_and_save=train_and_save, steps=1) == 0
+        folder = _prepare_here(tmp_path, monkeypatch, student, cache)
         assert (folder / "model.bin").read_text() == "42"
         return capsys.readouterr().out
 
@@ -179,28 +182,19 @@ def test_a_cache_that_cannot_be_written_costs_a_training_not_the_checkpoint(
 
 
 def test_a_data_file_named_in_also_reads_is_part_of_the_key(tmp_path, monkeypatch, capsys):
-    from autograder.prepare_checkpoint import prepare_checkpoint
-
-    data = tmp_path / "corpus.txt"
+    data, cache = tmp_path / "corpus.txt", tmp_path / "cache"
     data.write_text("first corpus")
-    monkeypatch.setenv("AUTOGRADER_PREPARE_SCRATCH", str(tmp_path / "cache"))
-    (tmp_path / "cache").mkdir()
+    cache.mkdir()
 
     def train_and_save(namespace):
         Path("model.bin").write_text(data.read_text())
         return 0.5
 
     def prepare(student):
-        folder = tmp_path / student
-        folder.mkdir()
-        (folder / "work.ipynb").write_text(json.dumps(_notebook(42, "x = 1")))
-        monkeypatch.chdir(folder)
-        prepare_checkpoint(student, script=tmp_path / "prepare.py", notebook="work.ipynb",
-                           checkpoint="model.bin", name="toy", not_for_training=set(),
-                           train_and_save=train_and_save, steps=1, also_reads=(data,))
+        folder = _prepare_here(tmp_path, monkeypatch, student, cache, train_and_save,
+                               also_reads=(data,))
         return capsys.readouterr().out, (folder / "model.bin").read_text()
 
-    (tmp_path / "prepare.py").write_text(SCRIPT)
     assert "trained" in prepare("a")[0]
     assert "from the cache" in prepare("b")[0]
     data.write_text("second corpus")
