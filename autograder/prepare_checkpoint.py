@@ -81,11 +81,11 @@ def files_digest(paths) -> bytes:
 
 
 def cache_key(script: Path, cells: list[tuple[str, str]], not_for_training: set[str],
-              training_code=TRAINING_CODE) -> str:
+              also_reads: tuple[Path, ...] = ()) -> str:
     """A hash of everything a training run reads: the script, the cells that training uses,
-    ``training_code`` (:data:`TRAINING_CODE`) and the versions of Python and torch."""
+    :data:`TRAINING_CODE` and ``also_reads``, and the versions of Python and torch."""
     digest = hashlib.sha256(Path(script).read_bytes())
-    digest.update(files_digest(training_code))
+    digest.update(files_digest((*TRAINING_CODE, *also_reads)))
     # The corpus is the standard library's source, so it changes with Python's version.
     # torch's installed version is read without importing torch (2 s): a run that finds
     # its checkpoint in the cache never needs torch.
@@ -167,7 +167,7 @@ def prepare_checkpoint(
         return 0
     cells = assignment_cells(nb)
     scratch = os.environ.get("AUTOGRADER_PREPARE_SCRATCH")
-    key = cache_key(script, cells, not_for_training, (*TRAINING_CODE, *also_reads))
+    key = cache_key(script, cells, not_for_training, also_reads)
     lock = _open_lock(Path(scratch, f"{name}-{key}.lock"), student) if scratch else None
     if lock is None:  # no cache: train
         _train(student, cells, checkpoint, name, train_and_save, steps)

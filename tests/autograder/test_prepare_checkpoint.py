@@ -209,7 +209,7 @@ def test_key_follows_the_code_training_reads(tmp_path):
     library.mkdir()
     (library / "models.py").write_text("WIDTH = 64")
     cells = assignment_cells(_notebook(1, "a"))
-    key = lambda: cache_key(script, cells, set(), training_code=(library,))  # noqa: E731
+    key = lambda: cache_key(script, cells, set(), also_reads=(library,))  # noqa: E731
     before = key()
     (library / "__pycache__").mkdir()
     (library / "__pycache__" / "models.cpython-311.pyc").write_bytes(b"\0")
