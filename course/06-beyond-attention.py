@@ -109,8 +109,9 @@ router_load_explorer()
 # it got) and the router's logits themselves. ST-MoE (arXiv 2202.08906) adds a small
 # **z-loss**, the mean of $(\log \sum_i e^{l_i})^2$ over tokens: it keeps the logits small,
 # because large ones make the softmax brittle in low precision. Below, the balance loss
-# sits near its floor ($k$, here 2) while the load is even and grows when one expert is
-# everyone's favourite; the z-loss follows the size of the logits, even at an even load:
+# sits near $k$ (here 2, its value for uniform routing) while the load is even and grows
+# when one expert is everyone's favourite; the z-loss follows the size of the logits, even
+# at an even load:
 
 # %%
 router_logits = torch.randn(64, 8)  # 64 tokens, 8 experts

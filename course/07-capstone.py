@@ -25,6 +25,9 @@
 # 5. reading: scaling laws, and where the modern recipe comes from.
 #
 # Training happens for real, on a toy corpus small enough to learn in seconds on a CPU.
+# (If your course installs the student toolkit, the model, the training step and the
+# decoders are Assignment 07's exercises, left out of it until that assignment is
+# unlocked: those cells then say so in one line, and the rest still runs.)
 
 # %%
 # %matplotlib inline
@@ -298,9 +301,10 @@ plot_next_token_distribution(logits, temperature=0.8, top_p=0.95, labels=tokeniz
 #
 # $$\text{score} = \frac{\sum_t \log p(y_t \mid y_{<t})}{|y|^{\alpha}}$$
 #
-# $\alpha = 0$ is the plain sum, $\alpha = 1$ the average log-probability per token, and
-# $\alpha > 1$ favours long hypotheses. A hypothesis ends at the end-of-sequence token (here
-# the newline).
+# $\alpha = 0$ is the plain sum. Any $\alpha > 0$ weakens its pull towards short
+# hypotheses: $\alpha = 1$ scores the average log-probability per token, and $\alpha > 1$
+# goes further and rewards length itself. A hypothesis ends at the end-of-sequence token
+# (here the newline).
 #
 # **Try it.** From "the dog", what will beam search with 5 beams return for $\alpha = 0$,
 # 1 and 3? Which one will be longest? Predict, then run; then compare with greedy decoding

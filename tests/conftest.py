@@ -49,6 +49,7 @@ LONGEST_FIRST = (
     f"{_VALIDATE}[06-beyond-attention]",         # 60
     "tests/browser/test_course_panel.py",        # 59
     "tests/labext/test_handlers.py",             # 55
+    "tests/course/test_assignments_student_toolkit.py",  # 70 alone
     f"{_VALIDATE}[03-efficient-attention]",      # 43
     f"{_VALIDATE}[01-attention]",                # 36
 )

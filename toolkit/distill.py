@@ -21,7 +21,9 @@ The loss (DistilBERT's three terms)::
   averaged over positions only when the logits are flattened to ``(rows, V)`` first
   (``"mean"`` would also divide by ``V``).
 * Rows are the positions with a label (``labels != -100``; for masked-LM training the
-  selected tokens, as in DistilBERT's code); the cosine term uses every real token.
+  selected tokens); the cosine term uses every real token. (DistilBERT's training script
+  limits its soft term to those tokens only with ``--restrict_ce_to_mask``; by default
+  it uses every real token.)
 
 Why ``T^2``? Write ``p = softmax(z_s / T)`` and ``q = softmax(z_t / T)``. The gradient of
 ``KL(q || p)`` with respect to the student's logit ``z_s,i`` is::

@@ -43,23 +43,54 @@ import torch
 from torch import Tensor, nn
 
 from toolkit.attention import scaled_dot_product_attention
-from toolkit.gqa import DynamicKVCache, kv_cache_bytes
+from toolkit.gqa import kv_cache_bytes
 from toolkit.masks import causal_mask
 from toolkit.position import apply_rope
 
 
-class LatentKVCache(DynamicKVCache):
+class LatentKVCache:
     """What MLA caches per layer: latents ``(B, 1, T, d_c)`` and RoPE keys ``(B, 1, T, d_R)``.
 
-    Reuses :class:`toolkit.gqa.DynamicKVCache` with the latent in the "key" slot and the
-    decoupled RoPE key in the "value" slot; both have a single head.
+    It grows as :class:`toolkit.gqa.DynamicKVCache` does (concatenation along time, one
+    entry per layer) but stands on its own, so MLA decodes with it whether or not the GQA
+    cache exercise is written yet. Both tensors have a single head: every query head
+    reads the same latents.
     """
 
+    def __init__(self) -> None:
+        self._latents: list[Tensor | None] = []
+        self._rope_keys: list[Tensor | None] = []
+
+    def append(self, layer_idx: int, c_kv: Tensor, k_rope: Tensor) -> tuple[Tensor, Tensor]:
+        """Add ``c_kv (B, 1, T_new, d_c)`` and ``k_rope (B, 1, T_new, d_R)`` to ``layer_idx``;
+        return all its latents and RoPE keys, ``(B, 1, T_cached + T_new, .)``."""
+        if layer_idx < 0:
+            raise ValueError(f"layer_idx must be >= 0, got {layer_idx}")
+        while len(self._latents) <= layer_idx:
+            self._latents.append(None)
+            self._rope_keys.append(None)
+        if self._latents[layer_idx] is not None:  # concatenate along time
+            c_kv = torch.cat([self._latents[layer_idx], c_kv], dim=2)
+            k_rope = torch.cat([self._rope_keys[layer_idx], k_rope], dim=2)
+        self._latents[layer_idx], self._rope_keys[layer_idx] = c_kv, k_rope
+        return c_kv, k_rope
+
     def latents(self, layer_idx: int) -> Tensor:
-        return self.keys[layer_idx]
+        return self._latents[layer_idx]
 
     def rope_keys(self, layer_idx: int) -> Tensor:
-        return self.values[layer_idx]
+        return self._rope_keys[layer_idx]
+
+    def length(self, layer_idx: int = 0) -> int:
+        """Number of cached tokens in ``layer_idx`` (0 if empty)."""
+        if layer_idx >= len(self._latents) or self._latents[layer_idx] is None:
+            return 0
+        return self._latents[layer_idx].shape[2]
+
+    def nbytes(self) -> int:
+        """Bytes held by all cached tensors (compare with :func:`mla_cache_bytes`)."""
+        return sum(t.numel() * t.element_size() for t in self._latents + self._rope_keys
+                   if t is not None)
 
 
 class MultiHeadLatentAttention(nn.Module):

@@ -21,8 +21,8 @@ Two measurements make it visible on a stack small enough for a CPU:
   position must find the right input token). The loss of a model that has learnt
   nothing is ``ln(vocab_size)``.
 
-Both take the Pre-LN block class as an argument, so a notebook can run them with its
-own :class:`~toolkit.residual.PreLNBlock`.
+Both take the block classes and the final norm's class as arguments, so a notebook runs
+them with its own :class:`~toolkit.residual.PreLNBlock`, ``PostLNBlock`` and ``LayerNorm``.
 """
 
 from __future__ import annotations
@@ -57,14 +57,15 @@ class DeepStack(nn.Module):
     Args:
         block: the block class, called as ``block(d_model, n_heads)``.
         n_layers, d_model, n_heads: the stack's size.
-        final_norm: add a LayerNorm after the last block (Pre-LN needs it).
+        final_norm: the norm class after the last block, called as ``final_norm(d_model)``
+            (Pre-LN needs one), or ``None`` for none.
         vocab_size, seq_len: of the toy task.
 
     Shapes: ``(B, T)`` token ids -> ``(B, T, vocab_size)`` logits.
     """
 
     def __init__(
-        self, block: type, n_layers: int, d_model: int, n_heads: int, final_norm: bool,
+        self, block: type, n_layers: int, d_model: int, n_heads: int, final_norm: type | None,
         vocab_size: int = VOCAB_SIZE, seq_len: int = SEQ_LEN,
     ):
         super().__init__()
@@ -72,7 +73,7 @@ class DeepStack(nn.Module):
         self.embed = nn.Embedding(vocab_size, d_model)
         self.position = nn.Embedding(seq_len, d_model)
         self.layers = nn.ModuleList(block(d_model, n_heads) for _ in range(n_layers))
-        self.final_norm = LayerNorm(d_model) if final_norm else nn.Identity()
+        self.final_norm = final_norm(d_model) if final_norm is not None else nn.Identity()
         self.head = nn.Linear(d_model, vocab_size)
 
     def forward(self, ids: Tensor) -> Tensor:
@@ -82,36 +83,41 @@ class DeepStack(nn.Module):
         return self.head(self.final_norm(x))
 
 
-def _stack(layout: str, pre_ln_block: type, n_layers: int, d_model: int, n_heads: int,
+def _stack(layout: str, blocks: dict[str, type], n_layers: int, d_model: int, n_heads: int,
            seed: int) -> DeepStack:
+    """A seeded stack; ``blocks`` holds ``pre_ln_block``, ``post_ln_block`` and ``norm``."""
     if layout not in ("post", "pre"):
         raise ValueError(f"layout must be 'post' or 'pre', got {layout!r}")
     rng = torch.random.get_rng_state()
     torch.manual_seed(seed)  # the same initial weights for every run with this seed
-    block = pre_ln_block if layout == "pre" else PostLNBlock
+    pre = layout == "pre"
     try:
-        return DeepStack(block, n_layers, d_model, n_heads, final_norm=layout == "pre")
+        return DeepStack(blocks["pre_ln_block"] if pre else blocks["post_ln_block"], n_layers,
+                         d_model, n_heads, final_norm=blocks["norm"] if pre else None)
     finally:
         torch.random.set_rng_state(rng)  # leave the caller's random stream alone
 
 
 def layer_scales(
     layout: str, n_layers: int = 12, d_model: int = 64, n_heads: int = 4, *,
-    pre_ln_block: type = PreLNBlock, batch_size: int = 32, seed: int = 0,
+    pre_ln_block: type = PreLNBlock, post_ln_block: type = PostLNBlock, norm: type = LayerNorm,
+    batch_size: int = 32, seed: int = 0,
 ) -> dict[str, Tensor]:
     """Per-block activation and gradient scale of a freshly initialised stack.
 
     Args:
         layout: ``"post"`` (Post-LN blocks, no final norm) or ``"pre"`` (Pre-LN + final norm).
         n_layers, d_model, n_heads: the stack.
-        pre_ln_block: the Pre-LN block class to use.
+        pre_ln_block, post_ln_block: the block classes, called as ``block(d_model, n_heads)``.
+        norm: the class of the Pre-LN stack's final norm, called as ``norm(d_model)``.
 
     Returns:
         ``{"activation": (n_layers,), "gradient": (n_layers,)}``: the RMS of block
         ``l``'s output, ``sqrt(mean(x^2))`` over positions and features, and the norm
         of the gradient of the task's loss with respect to block ``l``'s parameters.
     """
-    model = _stack(layout, pre_ln_block, n_layers, d_model, n_heads, seed)
+    blocks = dict(pre_ln_block=pre_ln_block, post_ln_block=post_ln_block, norm=norm)
+    model = _stack(layout, blocks, n_layers, d_model, n_heads, seed)
     outputs: list[Tensor] = []
     hooks = [layer.register_forward_hook(lambda _m, _i, out: outputs.append(out.detach()))
              for layer in model.layers]
@@ -131,18 +137,21 @@ def layer_scales(
 def train_deep_stack(
     layout: str, warmup_steps: int, *, steps: int = 300, lr: float = 1e-2, n_layers: int = 12,
     d_model: int = 32, n_heads: int = 4, batch_size: int = 32, seed: int = 0,
-    pre_ln_block: type = PreLNBlock, callback: Callable[[int, float], None] | None = None,
+    pre_ln_block: type = PreLNBlock, post_ln_block: type = PostLNBlock, norm: type = LayerNorm,
+    callback: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Train a deep stack on the sorting task with Adam; returns the loss of every step.
 
     The learning rate rises linearly from ``lr / warmup_steps`` to ``lr`` over the first
     ``warmup_steps`` steps (``0``: full ``lr`` from the first step), then stays constant;
     Adam's betas are the Transformer paper's ``(0.9, 0.98)``. The same seed gives the
-    same initial weights and batches for every layout and warm-up.
+    same initial weights and batches for every layout and warm-up. The classes are those
+    of :func:`layer_scales`.
     """
     check_int("warmup_steps", warmup_steps, minimum=0)
     check_int("steps", steps)
-    model = _stack(layout, pre_ln_block, n_layers, d_model, n_heads, seed)
+    blocks = dict(pre_ln_block=pre_ln_block, post_ln_block=post_ln_block, norm=norm)
+    model = _stack(layout, blocks, n_layers, d_model, n_heads, seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
     generator = torch.Generator().manual_seed(seed)
     losses = []
@@ -162,21 +171,24 @@ def train_deep_stack(
 
 
 def warmup_experiment(
-    warmup_steps: int = 100, *, pre_ln_block: type = PreLNBlock, **kwargs
+    warmup_steps: int = 100, *, pre_ln_block: type = PreLNBlock,
+    post_ln_block: type = PostLNBlock, norm: type = LayerNorm, **kwargs
 ) -> dict[str, list[float]]:
     """The four runs: Post-LN and Pre-LN, each without and with ``warmup_steps`` of warm-up.
 
-    Keyword arguments go to :func:`train_deep_stack`. Returns ``{label: losses}`` with
-    labels ``"Post-LN, no warm-up"``, ``"Post-LN, warm-up"``, ``"Pre-LN, no warm-up"``,
+    The classes are those of :func:`layer_scales`; other keyword arguments go to
+    :func:`train_deep_stack`. Returns ``{label: losses}`` with labels
+    ``"Post-LN, no warm-up"``, ``"Post-LN, warm-up"``, ``"Pre-LN, no warm-up"``,
     ``"Pre-LN, warm-up"``.
     """
-    # A Pre-LN block that cannot run yet fails here, before minutes of Post-LN training.
-    _stack("pre", pre_ln_block, 1, 8, 2, seed=0)(sorting_batch(1, torch.Generator())[0])
+    blocks = dict(pre_ln_block=pre_ln_block, post_ln_block=post_ln_block, norm=norm)
+    # Blocks that cannot run yet fail here, before minutes of training.
+    for layout in ("pre", "post"):
+        _stack(layout, blocks, 1, 8, 2, seed=0)(sorting_batch(1, torch.Generator())[0])
     runs = {}
     for layout, name in (("post", "Post-LN"), ("pre", "Pre-LN")):
         for warm, tag in ((0, "no warm-up"), (warmup_steps, "warm-up")):
-            runs[f"{name}, {tag}"] = train_deep_stack(layout, warm, pre_ln_block=pre_ln_block,
-                                                      **kwargs)
+            runs[f"{name}, {tag}"] = train_deep_stack(layout, warm, **blocks, **kwargs)
     return runs
 
 

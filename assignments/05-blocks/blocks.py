@@ -645,13 +645,15 @@ print("✓ PreLNBlock and EncoderStack pass the visible checks")
 # %% [markdown]
 # ### The experiment: Post-LN and Pre-LN in a deep stack (not run while grading)
 #
-# First, what a freshly initialised 12-block stack looks like. The left panel shows the
-# size of each block's output, the right panel the norm of the gradient that reaches each
-# block's parameters for one batch. Watch how the two layouts differ, and how the gap
-# changes with depth.
+# First, what a freshly initialised 12-block stack looks like, built from your classes: the
+# given `PostLNBlock`, your `PreLNBlock`, and your `LayerNorm` (inside both blocks and as
+# the Pre-LN stack's final norm). The left panel shows the size of each block's output,
+# the right panel the norm of the gradient that reaches each block's parameters for one
+# batch. Watch how the two layouts differ, and how the gap changes with depth.
 
 # %% tags=["skip-grading"]
-layer_scale_explorer(fns={"PreLNBlock": PreLNBlock})
+layer_scale_explorer(fns={"PreLNBlock": PreLNBlock, "PostLNBlock": PostLNBlock,
+                          "LayerNorm": LayerNorm})
 
 # %% [markdown]
 # Now train. The task needs attention: **sort** a sequence of 16 digits (each output
@@ -665,7 +667,8 @@ layer_scale_explorer(fns={"PreLNBlock": PreLNBlock})
 from toolkit.warmup import final_loss, warmup_experiment  # noqa: E402
 
 WARMUP_STEPS = 100
-runs = warmup_experiment(WARMUP_STEPS, pre_ln_block=PreLNBlock)
+runs = warmup_experiment(WARMUP_STEPS, pre_ln_block=PreLNBlock, post_ln_block=PostLNBlock,
+                         norm=LayerNorm)
 for label, losses in runs.items():
     print(f"{label:22s} final loss {final_loss(losses):.3f}")
 display(Image(figure_to_png(plot_warmup_runs(runs, warmup_steps=WARMUP_STEPS))))
@@ -867,7 +870,9 @@ print("✓ BertEmbeddings passes the visible checks")
 #
 # A hint for step 2: draw "becomes `[MASK]`" with probability 0.8 among the selected
 # tokens; then, among the selected tokens that did **not** become `[MASK]`, draw "becomes
-# random" with probability $0.1 / (1 - 0.8) = 0.5$. Use `torch.bernoulli(...,
+# random" with probability $0.1 / (1 - 0.8) = 0.5$. (When `mask_replace_prob` is 1, or
+# `random_replace_prob` is 0, nothing is left to randomise: skip that draw rather than
+# divide by zero.) Use `torch.bernoulli(...,
 # generator=generator)` and `torch.randint(..., generator=generator)` for every random
 # draw, so that the same seeded generator gives the same masks. Never modify `input_ids`
 # in place (clone it).
@@ -1063,8 +1068,10 @@ mlm_masking_playground(fns={"mask_tokens": mask_tokens})
 #   $1/T^2$. Multiplying by $T^2$ keeps the soft term's gradients at the same scale for any
 #   $T$, so the weights $\alpha$ mean the same thing whatever temperature you pick.
 # * The soft and hard terms use the rows that have a label (`labels != -100`: for MLM the
-#   selected tokens, as in DistilBERT's code). The cosine term compares the final hidden
-#   states at every real token (`attention_mask` 1; all positions when it is `None`).
+#   selected tokens). DistilBERT's training script does this for the soft term only with
+#   its `--restrict_ce_to_mask` option; by default it matches the teacher at every real
+#   token. The cosine term compares the final hidden states at every real token
+#   (`attention_mask` 1; all positions when it is `None`).
 #   The teacher is never trained: detach its logits and hidden states.
 #
 # ### Exercise 6: the distillation loss
@@ -1343,7 +1350,9 @@ for name, m in (("teacher (2 blocks)", model), ("distilled student (1 block)", s
 # This notebook **and** `mlm.safetensors`, in the same folder. Before you submit, restart
 # the kernel and run all cells (the training ones too, or all but them if you already
 # saved the checkpoint): the visible checks should pass, and the part 7 cell prints the
-# share of its points your checkpoint earns.
+# share of its points your checkpoint earns. (The grader masks the same validation pairs
+# with the same seed but with the course's `mask_tokens`; if yours draws its random numbers
+# in another order, other tokens are selected and the figure can move by a point or so.)
 #
 # ## Summary
 #

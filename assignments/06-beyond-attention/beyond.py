@@ -45,8 +45,10 @@
 #
 # While the hidden checks run, the course toolkit's reference versions of the functions
 # you write (and Hugging Face's Mamba, RWKV and Mixtral helpers) are switched off: calling
-# them fails the check. Plain tensor operations are all fine, and so are the helpers this
-# notebook imports.
+# them fails the check. Plain tensor operations are all fine, and so are the helpers the
+# first code cell imports. The references the test cells import to compare with
+# (`naive_dispatch`, `discretize_zoh_matrix`, `selective_scan_parallel`, `wkv_parallel`)
+# are switched off too: do not call them from your code.
 #
 # **Conventions.** Sequences are `(batch, seq, channels)`; an MoE layer routes the
 # flattened tokens `(n_tokens, d_model)`. Formulas are written beside the code: keep doing
@@ -207,8 +209,11 @@ print("✓ top_k_gating passes the visible checks")
 #   choice, so it has no gradient. (With $k > 1$ the $f_i$ sum to $k$.)
 # * $P_i$ is the mean router **probability** of expert $i$ (softmax over all experts):
 #   the gradient reaches the router through $P$.
-# * The loss is smallest when both are uniform: $f_i = k/N$, $P_i = 1/N$ give
-#   $\alpha k$ whatever $N$ is. That is what the factor $N$ is for.
+# * Uniform routing, $f_i = k/N$ and $P_i = 1/N$, gives exactly $\alpha k$ whatever $N$
+#   is: that is what the factor $N$ is for. Routing that piles tokens and probability on
+#   the same few experts gives more. (It is not a strict minimum: $f$ counts hard choices,
+#   so a router can score a little below $\alpha k$ by putting its probability where its
+#   top-$k$ choices are not; the gradient through $P$ still pushes towards balance.)
 #
 # Two details of the real thing (Hugging Face's Mixtral `load_balancing_loss_func`, which
 # this function must equal): the router logits of **every layer** count together (pass a

@@ -1130,7 +1130,8 @@ for temperature in (0.3, 0.8, 1.2):
 # `parameter_matched_configs` builds a classic (GPT-2) and a modern (LLaMA-style) config
 # with the same width, depth and heads, and gives the modern one's parameter savings (no
 # position table, no biases, fewer KV heads) back to its SwiGLU hidden size, so both have
-# about the same number of parameters. Training both for the same steps on the same
+# about the same number of parameters (counted on your `GPT`, built on PyTorch's `meta`
+# device so that no weights are allocated). Training both for the same steps on the same
 # batches is a fair, if small, comparison. At this scale a few hundred steps say little
 # about which recipe wins at scale; look at the curves and the text, and try other settings.
 # This section trains two more models of 300 steps each (about as long as section 7).
@@ -1138,7 +1139,7 @@ for temperature in (0.3, 0.8, 1.2):
 # %% tags=["skip-grading"]
 COMPARE_STEPS = 300
 classic_cfg, modern_cfg = parameter_matched_configs(d_model=128, n_layers=4, n_heads=4,
-                                                    max_seq_len=128)
+                                                    max_seq_len=128, model_class=GPT)
 runs, histories = {}, {}
 for label, cfg in (("classic", classic_cfg), ("modern", modern_cfg)):
     torch.manual_seed(0)
@@ -1159,6 +1160,8 @@ side_by_side_generation(runs, tokenizer, prompt="def ", max_new_tokens=120,
 # ## What to hand in
 #
 # This notebook **and** `capstone.safetensors`, in the same folder. Before you submit,
-# restart the kernel and run all cells except the training ones (or all of them): the
-# visible checks should pass, and the part 7 cell prints the share of its points your
-# checkpoint earns.
+# restart the kernel and run all cells. If your checkpoint is already saved, you may
+# instead run every cell down to the part 7 check, skipping the two that train and save
+# (sections 8 and 9 need the model they make, so stop there). Either way the visible
+# checks should pass, and the part 7 cell prints the share of its points your checkpoint
+# earns.

@@ -12,60 +12,25 @@ builds it.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 from nbclient import NotebookClient
 
 from autograder.outline import COURSE_FILE, lecture_notebook, load_outline
-from autograder.student_build import build_student_toolkit
 from toolkit.notebook import MARK
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 OUTLINE = load_outline(COURSE_FILE)
 LECTURES = list(OUTLINE.lectures)
 
 
-@pytest.fixture(scope="module")
-def student_kernel(tmp_path_factory):
-    """A kernelspec ``student`` (under a JUPYTER_PATH of its own) whose Python imports the
-    student wheel's ``toolkit``; ipykernel, torch and the rest come from the project's venv
-    through a .pth path line, which loads no editable-install finder."""
-    root = tmp_path_factory.mktemp("student")
-    wheel = build_student_toolkit(root / "wheel", ROOT / "assignments")
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    site = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True).stdout.strip()
-    Path(site, "project-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
-                    "--no-deps", "--no-index", str(wheel)], check=True)
-    spec = root / "jupyter" / "kernels" / "student"
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "student toolkit", "language": "python"}))
-    return root / "jupyter", Path(site)
-
-
 @pytest.mark.parametrize("lecture", LECTURES, ids=[lecture.stem for lecture in LECTURES])
 def test_run_all_reaches_the_end_with_one_line_per_missing_exercise(
-    lecture, student_kernel, tmp_path, monkeypatch
+    lecture, student_kernel, notebook_env, tmp_path
 ):
-    jupyter_path, site = student_kernel
-    monkeypatch.setenv("JUPYTER_PATH", str(jupyter_path))
-    monkeypatch.delenv("TOOLKIT_HEADLESS", raising=False)
-    monkeypatch.delenv("PYTHONPATH", raising=False)
-    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    site = student_kernel(unlocked=())
     nb = lecture_notebook(OUTLINE.lecture_source(lecture))
     nb.cells.append(nb.cells[0].__class__(  # a last cell: which toolkit the kernel imported
         cell_type="code", metadata={}, outputs=[], execution_count=None,

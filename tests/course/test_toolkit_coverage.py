@@ -38,6 +38,7 @@ NOT_FOR_NOTEBOOKS = {
     "unwritten_message": "widget plumbing: the line a widget shows for an unwritten exercise",
     "unwritten_html": "widget plumbing: that line as HTML",
     "reports_unwritten": "widget plumbing: the same for builders that compute first",
+    "unless_unwritten": "widget plumbing: one panel or row that waits for a later exercise",
     "tied_parameter_names": "save_bert's helper: the tied decoder is stored once",
     "truncate_pair": "pair_inputs' truncation (longest segment first, as Hugging Face's)",
     "MLMCorpus": "what load_mlm_corpus returns; notebooks use its fields",

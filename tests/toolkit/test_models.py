@@ -242,6 +242,22 @@ def test_parameter_matched_configs():
     assert modern.d_ff % 8 == 0
 
 
+def test_parameter_matched_configs_counts_the_model_class_it_is_given():
+    """A notebook passes its own GPT (the student build stubs the toolkit's while the
+    capstone is open): only that class is built."""
+    built = []
+
+    class OwnGPT(GPT):
+        def __init__(self, config):
+            built.append(config.recipe)
+            super().__init__(config)
+
+    shape = dict(vocab_size=256, d_model=64, n_layers=2, n_heads=4, max_seq_len=128)
+    assert parameter_matched_configs(model_class=OwnGPT, **shape) == \
+        parameter_matched_configs(**shape)
+    assert built == ["classic", "modern", "modern"]
+
+
 # ---------------------------------------------------------------- against Hugging Face
 
 

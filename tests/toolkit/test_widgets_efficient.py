@@ -57,6 +57,32 @@ def test_kv_cache_comparison_presets():
         E.kv_cache_comparison("GPT-5")
 
 
+def _unwritten_mla(*args, **kwargs):
+    raise NotImplementedError("`mla_cache_bytes` is not written yet (Exercise 5a: MLA)")
+
+
+def test_kv_cache_comparison_waits_for_a_later_exercise_and_draws_the_rest():
+    """The calculator comes before MLA's exercise in Assignment 03: MLA's row says what it
+    waits for, the other rows are computed and drawn."""
+    rows = E.kv_cache_comparison("DeepSeek-V2", 1, fns={"mla_cache_bytes": _unwritten_mla})
+    mla = rows[-1]
+    assert mla["bytes"] is None and "`mla_cache_bytes`" in mla["pending"]
+    assert "Exercise 5a" in mla["pending"]
+    assert [r["pending"] for r in rows[:-1]] == [None] * 3 and rows[0]["bytes"] > 0
+    fig = E.plot_kv_cache("DeepSeek-V2", 1, fns={"mla_cache_bytes": _unwritten_mla})
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert any("not written yet" in t for t in texts) and len(texts) == 4
+    render(fig)
+
+    def broken(*args, **kwargs):
+        raise NotImplementedError("some other gap")
+
+    with pytest.raises(NotImplementedError, match="other gap"):
+        E.kv_cache_comparison("DeepSeek-V2", 1, fns={"mla_cache_bytes": broken})
+    with pytest.raises(NotImplementedError, match="mla_cache_bytes"):
+        E.kv_cache_comparison("DeepSeek-V2", 1, fns={"kv_cache_bytes": _unwritten_mla})
+
+
 def test_online_softmax_plot_validates_step():
     with pytest.raises(ValueError, match="step"):
         E.plot_online_softmax(block=4, step=99)

@@ -123,3 +123,19 @@ def test_widgets_return_a_placeholder_when_headless(build, monkeypatch):
 
     monkeypatch.setenv(D.HEADLESS_ENV, "1")
     assert isinstance(build(), w.HTML)
+
+
+def test_score_vs_distance_draws_every_other_panel_before_alibi_is_written():
+    """The explorer comes before ALiBi's exercise in Assignment 02: the ALiBi panel says
+    what it waits for, and the three other panels are drawn."""
+
+    def unwritten(n_heads):
+        raise NotImplementedError("`alibi_slopes` is not written yet (Exercise 4a: ALiBi slopes)")
+
+    fig = W.plot_score_vs_distance(max_distance=32, fns={"alibi_slopes": unwritten})
+    sinusoidal, rope, alibi, t5 = fig.axes
+    assert [t.get_text() for t in alibi.texts] == [
+        "ALiBi needs `alibi_slopes`, not written yet (Exercise 4a: ALiBi slopes)"]
+    assert not alibi.lines
+    assert sinusoidal.lines and rope.lines and t5.lines
+    _render(fig)

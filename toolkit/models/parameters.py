@@ -22,9 +22,9 @@ def count_parameters(model: nn.Module) -> int:
     return total
 
 
-def _count_config(config: GPTConfig) -> int:
+def _count_config(config: GPTConfig, model_class: type[nn.Module]) -> int:
     with torch.device("meta"):  # builds the modules without allocating memory
-        return count_parameters(GPT(config))
+        return count_parameters(model_class(config))
 
 
 def parameter_matched_configs(
@@ -35,6 +35,7 @@ def parameter_matched_configs(
     n_kv_heads: int | None = None,
     max_seq_len: int = 256,
     multiple_of: int = 8,
+    model_class: type[nn.Module] = GPT,
     **common,
 ) -> tuple[GPTConfig, GPTConfig]:
     """A classic and a modern config of about the same parameter count.
@@ -44,6 +45,9 @@ def parameter_matched_configs(
     difference is given back to its SwiGLU hidden size: its parameter count is
     ``P_0 + 3 d d_ff L``, linear in ``d_ff``, so ``d_ff`` is solved for and
     rounded to a multiple of ``multiple_of``.
+
+    The counts come from models built on the ``meta`` device (no memory) by
+    ``model_class(config)``: the toolkit's :class:`GPT`, or a notebook's own.
 
     Returns:
         ``(classic, modern)``; ``count_parameters`` of the two models differ by less
@@ -55,9 +59,10 @@ def parameter_matched_configs(
     )
     classic = GPTConfig.classic(**shared)
     modern = GPTConfig.modern(n_kv_heads=n_kv_heads, d_ff=multiple_of, **shared)
-    target, base = _count_config(classic), _count_config(modern)
+    target, base = _count_config(classic, model_class), _count_config(modern, model_class)
     # Parameters per extra hidden unit: 3 d L (gate, up, down each gain d weights).
-    per_unit = (_count_config(replace(modern, d_ff=2 * multiple_of)) - base) / multiple_of
+    wider = _count_config(replace(modern, d_ff=2 * multiple_of), model_class)
+    per_unit = (wider - base) / multiple_of
     d_ff = multiple_of + (target - base) / per_unit
     d_ff = max(multiple_of, multiple_of * round(d_ff / multiple_of))
     return classic, replace(modern, d_ff=int(d_ff))

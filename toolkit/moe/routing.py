@@ -28,10 +28,12 @@ towards uniform use. With ``T`` tokens and ``N`` experts,
     loss = alpha * N * sum_i f_i P_i
 
 Only ``P`` carries a gradient. With perfectly uniform routing ``f_i = k/N`` and
-``P_i = 1/N``, so the loss is ``alpha * k``; the factor ``N`` makes that floor
-independent of the number of experts. Hugging Face's Mixtral
-``load_balancing_loss_func`` computes exactly this (with ``alpha`` left to the caller as
-``router_aux_loss_coef``), over the tokens of every layer and skipping padding.
+``P_i = 1/N``, so the loss is ``alpha * k``; the factor ``N`` makes that level
+independent of the number of experts. (It is not a strict minimum: ``f`` counts hard
+choices, so probability placed away from the top-k choices can score slightly below it.)
+Hugging Face's Mixtral ``load_balancing_loss_func`` computes exactly this (with
+``alpha`` left to the caller as ``router_aux_loss_coef``), over the tokens of every layer
+and skipping padding.
 
 The **router z-loss** (ST-MoE, arXiv 2202.08906, eq. 5) keeps the logits small, which
 the softmax in low precision needs: ``L_z = (1/T) sum_t (log sum_i e^{l_ti})^2``.

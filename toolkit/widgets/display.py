@@ -150,6 +150,23 @@ def _latest(fn: Callable) -> Callable:
 # ---------------------------------------------------------------------------
 
 
+def unless_unwritten(compute: Callable[[], object]) -> tuple[object, str | None]:
+    """``(compute(), None)``, or ``(None, "needs `name`, not written yet (where)")`` when
+    ``compute`` stops at an exercise's stub.
+
+    For one panel, bar or row of a figure that shows several things: a widget placed
+    before a later exercise of its notebook draws everything else, and says what that
+    part waits for. Any other error is raised.
+    """
+    try:
+        return compute(), None
+    except NotImplementedError as error:
+        stub = unwritten_exercise(error)
+        if stub is None:
+            raise
+        return None, f"needs `{stub.name}`, not written yet{stub.where}"
+
+
 def unwritten_message(
     error: BaseException, functions: WidgetFunctions | None = None, *, redraws: bool = True
 ) -> str | None:

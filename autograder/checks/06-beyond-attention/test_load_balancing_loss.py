@@ -130,5 +130,5 @@ def test_balanced_routing_costs_alpha_k(submission):
                       f"load_balancing_loss with {n_experts} balanced experts")
         if abs(got.item() - 0.3) > 1e-5:
             raise CheckFailure(f"with {n_experts} experts used evenly the loss should be alpha * k "
-                               f"= 0.3, got {got.item():.6f}. The factor N makes the floor "
+                               f"= 0.3, got {got.item():.6f}. The factor N makes that level "
                                "independent of the number of experts")

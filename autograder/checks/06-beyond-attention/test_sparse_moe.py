@@ -60,7 +60,7 @@ def _routing(n_tokens, n_experts, k, seed):
 def test_apply_capacity_known_case(submission):
     """Capacity 2: first choices before second choices, and every drop counted."""
     indices = torch.tensor([[2, 0], [2, 1], [0, 2], [2, 0], [1, 2]])
-    expected_kept, expected_dropped = apply_capacity(indices, 3, 2)  # 3 dropped
+    expected_kept, expected_dropped = apply_capacity(indices, 3, 2)  # 4 dropped
     got = submission.call("apply_capacity", indices, 3, 2)
     if not isinstance(got, tuple) or len(got) != 2:
         raise CheckFailure("apply_capacity should return a pair (kept, n_dropped)")

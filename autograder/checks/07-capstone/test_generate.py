@@ -6,8 +6,9 @@ distributions are far from flat) and decodes with their ``generate``. Cached and
 uncached decoding must give exactly the same tokens, and the same tokens as
 :func:`toolkit.generate.generate` on the reference model. A spy on ``model.forward``
 checks that cached decoding really feeds one token per step at its absolute position.
-Sampling checks use temperature 1 and no filters, so a bug in the samplers costs points
-in Exercise 4, not here.
+Sampling checks use temperature 1 and no filters, so a wrong filter or temperature costs
+points in Exercise 4, not here; the given ``sample_next_token`` still calls the student's
+``apply_temperature``, so an unwritten one fails the sampling check here too.
 """
 
 from __future__ import annotations

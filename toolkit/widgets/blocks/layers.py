@@ -21,7 +21,8 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from toolkit.residual import PreLNBlock
+from toolkit.norm import LayerNorm
+from toolkit.residual import PostLNBlock, PreLNBlock
 from toolkit.warmup import VOCAB_SIZE, layer_scales
 from toolkit.widgets.display import (
     LABEL_STYLE,
@@ -32,8 +33,9 @@ from toolkit.widgets.display import (
 )
 
 LAYOUT_COLORS = {"Post-LN": "tab:red", "Pre-LN": "tab:blue"}
-#: The Pre-LN block the explorer measures; a student's own replaces it through ``fns``.
-TOOLKIT_FUNCTIONS = {"PreLNBlock": PreLNBlock}
+#: The classes the explorer builds its stacks from; a student's own replace them through
+#: ``fns``.
+TOOLKIT_FUNCTIONS = {"PreLNBlock": PreLNBlock, "PostLNBlock": PostLNBlock, "LayerNorm": LayerNorm}
 
 
 def plot_layer_scales(scales: Mapping[str, Mapping[str, Tensor]], title: str = "") -> Figure:
@@ -67,14 +69,18 @@ def plot_layer_scales(scales: Mapping[str, Mapping[str, Tensor]], title: str = "
 
 
 def plot_layer_scales_at_init(n_layers: int = 12, d_model: int = 64, *,
-                              pre_ln_block: type = PreLNBlock) -> Figure:
+                              pre_ln_block: type = PreLNBlock,
+                              post_ln_block: type = PostLNBlock,
+                              norm: type = LayerNorm) -> Figure:
     """:func:`plot_layer_scales` of a fresh ``n_layers``-block stack in both layouts.
 
-    The Pre-LN stack (built from ``pre_ln_block``) is measured first, so a block that
-    cannot run yet fails before any time goes into the Post-LN one.
+    The classes are those of :func:`toolkit.warmup.layer_scales`. The Pre-LN stack is
+    measured first, so a block that cannot run yet fails before any time goes into the
+    Post-LN one.
     """
-    pre = layer_scales("pre", n_layers, d_model, pre_ln_block=pre_ln_block)
-    scales = {"Post-LN": layer_scales("post", n_layers, d_model), "Pre-LN": pre}
+    blocks = dict(pre_ln_block=pre_ln_block, post_ln_block=post_ln_block, norm=norm)
+    pre = layer_scales("pre", n_layers, d_model, **blocks)
+    scales = {"Post-LN": layer_scales("post", n_layers, d_model, **blocks), "Pre-LN": pre}
     return plot_layer_scales(scales, f"{n_layers} blocks, d_model = {d_model}, at initialisation")
 
 
@@ -82,8 +88,10 @@ def layer_scale_explorer(*, fns=None):
     """Depth and width controls over :func:`plot_layer_scales_at_init`.
 
     Args:
-        fns: your own Pre-LN block class in place of the toolkit's, called as
-            ``PreLNBlock(d_model, n_heads)``: ``fns={"PreLNBlock": PreLNBlock}``.
+        fns: your own classes in place of the toolkit's: the blocks, called as
+            ``PreLNBlock(d_model, n_heads)`` and ``PostLNBlock(d_model, n_heads)``, and the
+            Pre-LN stack's final norm, ``LayerNorm(d_model)``: ``fns={"PreLNBlock":
+            PreLNBlock, "PostLNBlock": PostLNBlock, "LayerNorm": LayerNorm}``.
 
     Returns:
         an ``ipywidgets.VBox`` (a placeholder when headless).
@@ -100,7 +108,8 @@ def layer_scale_explorer(*, fns=None):
     }
 
     def draw(n_layers, d_model):
-        return plot_layer_scales_at_init(n_layers, d_model, pre_ln_block=f.PreLNBlock)
+        return plot_layer_scales_at_init(n_layers, d_model, pre_ln_block=f.PreLNBlock,
+                                         post_ln_block=f.PostLNBlock, norm=f.LayerNorm)
 
     return live_figure(controls, draw, functions=f)
 

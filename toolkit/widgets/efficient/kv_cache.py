@@ -17,6 +17,8 @@ for DeepSeek-V2, and MLA with DeepSeek-V2's ratios (``d_c = 4 d_head``,
 
 from __future__ import annotations
 
+import html
+
 from matplotlib.figure import Figure
 
 from toolkit.gqa import kv_cache_bytes
@@ -26,6 +28,7 @@ from toolkit.widgets.display import (
     headless_placeholder,
     is_headless,
     live_figure,
+    unless_unwritten,
     widget_functions,
 )
 
@@ -80,7 +83,9 @@ def kv_cache_comparison(
 
     Returns:
         one dict per variant: ``name``, ``bytes``, ``actual`` (the variant the model
-        really uses) and ``formula``.
+        really uses), ``formula`` and ``pending``: ``None``, or, when the formula is an
+        exercise not written yet (MLA's comes after the calculator in Assignment 03),
+        what it waits for (``bytes`` is then ``None``).
     """
     f = widget_functions("kv_cache_comparison", fns, TOOLKIT_FUNCTIONS)
     if preset not in MODEL_PRESETS:
@@ -91,23 +96,25 @@ def kv_cache_comparison(
     d_r = cfg.get("d_rope", d // 2)
     common = {"n_tokens": n_tokens, "batch": batch, "bytes_per_element": bytes_per_element}
     rows = [
-        ("MHA", f.kv_cache_bytes(L, H, d, **common), f"2 x {L} x {H} x {d}"),
+        ("MHA", lambda: f.kv_cache_bytes(L, H, d, **common), f"2 x {L} x {H} x {d}"),
         (
             f"GQA ({cfg['n_kv_heads']} KV heads)",
-            f.kv_cache_bytes(L, cfg["n_kv_heads"], d, **common),
+            lambda: f.kv_cache_bytes(L, cfg["n_kv_heads"], d, **common),
             f"2 x {L} x {cfg['n_kv_heads']} x {d}",
         ),
-        ("MQA", f.kv_cache_bytes(L, 1, d, **common), f"2 x {L} x 1 x {d}"),
+        ("MQA", lambda: f.kv_cache_bytes(L, 1, d, **common), f"2 x {L} x 1 x {d}"),
         (
             "MLA" if "d_latent" in cfg else "MLA (DeepSeek-V2 ratios)",
-            f.mla_cache_bytes(L, d_c, d_r, **common),
+            lambda: f.mla_cache_bytes(L, d_c, d_r, **common),
             f"{L} x ({d_c} + {d_r})",
         ),
     ]
-    return [
-        {"name": name, "bytes": b, "actual": name.startswith(cfg["actual"]), "formula": f}
-        for name, b, f in rows
-    ]
+    table = []
+    for name, compute, formula in rows:
+        b, pending = unless_unwritten(compute) if name.startswith("MLA") else (compute(), None)
+        table.append({"name": name, "bytes": b, "actual": name.startswith(cfg["actual"]),
+                      "formula": formula, "pending": pending})
+    return table
 
 
 def plot_kv_cache(
@@ -124,15 +131,17 @@ def plot_kv_cache(
     fig = Figure(figsize=(8, 3.6), layout="constrained")
     ax = fig.subplots()
     names = [r["name"] + ("  (actual)" if r["actual"] else "") for r in rows]
-    gib = [r["bytes"] / GIB for r in rows]
+    gib = [0.0 if r["pending"] else r["bytes"] / GIB for r in rows]
     colors = ["tab:orange" if r["actual"] else "tab:gray" for r in rows]
     bars = ax.barh(names, gib, color=colors)
     ax.invert_yaxis()
     for bar, r in zip(bars, rows):
+        # A pending row has no bar, only what it waits for.
+        label = r["pending"] or f"{r['bytes'] / GIB:,.3g} GiB  [{r['formula']} per token]"
         ax.text(
             bar.get_width(),
             bar.get_y() + bar.get_height() / 2,
-            f" {r['bytes'] / GIB:,.3g} GiB  [{r['formula']} per token]",
+            f" {label}",
             va="center",
             fontsize=8,
         )
@@ -176,8 +185,9 @@ def kv_cache_calculator(*, fns=None):
         rows = kv_cache_comparison(preset, n_tokens, batch, DTYPE_BYTES[dtype], fns=fns)
         table = "".join(
             f"<tr><td>{r['name']}{' (actual)' if r['actual'] else ''}</td>"
-            f"<td style='text-align:right'>{r['bytes']:,.0f}</td>"
-            f"<td style='text-align:right'>{r['bytes'] / GIB:,.3f}</td></tr>"
+            + (f"<td colspan=2>{html.escape(r['pending'])}</td></tr>" if r["pending"] else
+               f"<td style='text-align:right'>{r['bytes']:,.0f}</td>"
+               f"<td style='text-align:right'>{r['bytes'] / GIB:,.3f}</td></tr>")
             for r in rows
         )
         return (

@@ -14,6 +14,7 @@ from toolkit.widgets.display import (
     headless_placeholder,
     is_headless,
     live_figure,
+    unless_unwritten,
     widget_functions,
 )
 
@@ -77,8 +78,9 @@ def plot_score_vs_distance(
     ax_rope.set(xlabel="distance k", ylabel="qᵀ R_k k / d  (q = k = 1)", title="RoPE (relative)")
     ax_rope.legend(fontsize=8)
 
-    slopes = f.alibi_slopes(n_heads)
-    for h, m in enumerate(slopes.tolist()):
+    # ALiBi comes last in Assignment 02: until its slopes are written, its panel says so.
+    slopes, pending = unless_unwritten(lambda: f.alibi_slopes(n_heads))
+    for h, m in enumerate([] if pending else slopes.tolist()):
         ax_alibi.plot(
             k.numpy(),
             (-m * k).numpy(),
@@ -88,7 +90,10 @@ def plot_score_vs_distance(
     ax_alibi.set(
         xlabel="distance i - j", ylabel="bias -m_h (i-j)", title=f"ALiBi ({n_heads} heads)"
     )
-    if n_heads <= 8:
+    if pending:
+        ax_alibi.text(0.5, 0.5, f"ALiBi {pending}", ha="center", va="center", fontsize=9,
+                      transform=ax_alibi.transAxes)
+    elif n_heads <= 8:
         ax_alibi.legend(fontsize=7)
 
     rel = torch.arange(-max_distance, max_distance + 1)

@@ -1,0 +1,74 @@
+"""A Jupyter kernel whose ``toolkit`` is the student wheel, for the tests that run the
+course's notebooks as a student of a course that installs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from autograder.student_build import build_student_toolkit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def student_kernel(tmp_path_factory, monkeypatch_module):
+    """``install(unlocked)``: build the student wheel with the assignments ``unlocked``
+    (the rest locked), install it in this module's virtual environment (replacing the
+    previous one, unless it was built with the same ``unlocked``) and return that
+    environment's ``site-packages``.
+
+    The environment's kernelspec is ``student``, found through ``JUPYTER_PATH`` (set for the
+    module). Its Python imports the wheel's ``toolkit``; ipykernel, torch and the rest come
+    from the project's venv through a .pth path line, which loads no editable-install
+    finder.
+    """
+    root = tmp_path_factory.mktemp("student")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True).stdout.strip())
+    (site / "project-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    spec = root / "jupyter" / "kernels" / "student"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "student toolkit", "language": "python"}))
+    monkeypatch_module.setenv("JUPYTER_PATH", str(root / "jupyter"))
+
+    installed = []  # the unlocked list of the wheel in place
+
+    def install(unlocked=()) -> Path:
+        if installed != [list(unlocked)]:
+            wheel = build_student_toolkit(root / f"wheel-{len(unlocked)}",
+                                          ROOT / "assignments", list(unlocked))
+            subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
+                            "--quiet", "--force-reinstall", "--no-deps", "--no-index",
+                            str(wheel)], check=True)
+            installed[:] = [list(unlocked)]
+        return site
+
+    return install
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+@pytest.fixture
+def notebook_env(monkeypatch):
+    """What a student's JupyterLab kernel sees: widgets drawn (not headless), inline
+    figures, the project's own PYTHONPATH gone."""
+    monkeypatch.delenv("TOOLKIT_HEADLESS", raising=False)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
