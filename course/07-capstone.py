@@ -25,9 +25,9 @@
 # 5. reading: scaling laws, and where the modern recipe comes from.
 #
 # Training happens for real, on a toy corpus small enough to learn in seconds on a CPU.
-# (If your course installs the student toolkit, the model, the training step and the
-# decoders are Assignment 07's exercises, left out of it until that assignment is
-# unlocked: those cells then say so in one line, and the rest still runs.)
+# (If your course installs the student toolkit, the model, its training step and sampling
+# are Assignment 07's exercises, left out of it until that assignment is unlocked: the
+# cells that need them say so in one line, and the rest still runs.)
 
 # %%
 # %matplotlib inline
