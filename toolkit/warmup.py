@@ -83,17 +83,17 @@ class DeepStack(nn.Module):
         return self.head(self.final_norm(x))
 
 
-def _stack(layout: str, blocks: dict[str, type], n_layers: int, d_model: int, n_heads: int,
-           seed: int) -> DeepStack:
-    """A seeded stack; ``blocks`` holds ``pre_ln_block``, ``post_ln_block`` and ``norm``."""
+def _stack(layout: str, n_layers: int, d_model: int, n_heads: int, seed: int, *,
+           pre_ln_block: type, post_ln_block: type, norm: type) -> DeepStack:
+    """A seeded stack of ``layout``'s blocks; Pre-LN ends with a ``norm``."""
     if layout not in ("post", "pre"):
         raise ValueError(f"layout must be 'post' or 'pre', got {layout!r}")
     rng = torch.random.get_rng_state()
     torch.manual_seed(seed)  # the same initial weights for every run with this seed
     pre = layout == "pre"
     try:
-        return DeepStack(blocks["pre_ln_block"] if pre else blocks["post_ln_block"], n_layers,
-                         d_model, n_heads, final_norm=blocks["norm"] if pre else None)
+        return DeepStack(pre_ln_block if pre else post_ln_block, n_layers, d_model, n_heads,
+                         final_norm=norm if pre else None)
     finally:
         torch.random.set_rng_state(rng)  # leave the caller's random stream alone
 
@@ -116,8 +116,8 @@ def layer_scales(
         ``l``'s output, ``sqrt(mean(x^2))`` over positions and features, and the norm
         of the gradient of the task's loss with respect to block ``l``'s parameters.
     """
-    blocks = dict(pre_ln_block=pre_ln_block, post_ln_block=post_ln_block, norm=norm)
-    model = _stack(layout, blocks, n_layers, d_model, n_heads, seed)
+    model = _stack(layout, n_layers, d_model, n_heads, seed, pre_ln_block=pre_ln_block,
+                   post_ln_block=post_ln_block, norm=norm)
     outputs: list[Tensor] = []
     hooks = [layer.register_forward_hook(lambda _m, _i, out: outputs.append(out.detach()))
              for layer in model.layers]
@@ -150,8 +150,8 @@ def train_deep_stack(
     """
     check_int("warmup_steps", warmup_steps, minimum=0)
     check_int("steps", steps)
-    blocks = dict(pre_ln_block=pre_ln_block, post_ln_block=post_ln_block, norm=norm)
-    model = _stack(layout, blocks, n_layers, d_model, n_heads, seed)
+    model = _stack(layout, n_layers, d_model, n_heads, seed, pre_ln_block=pre_ln_block,
+                   post_ln_block=post_ln_block, norm=norm)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
     generator = torch.Generator().manual_seed(seed)
     losses = []
@@ -184,7 +184,7 @@ def warmup_experiment(
     blocks = dict(pre_ln_block=pre_ln_block, post_ln_block=post_ln_block, norm=norm)
     # Blocks that cannot run yet fail here, before minutes of training.
     for layout in ("pre", "post"):
-        _stack(layout, blocks, 1, 8, 2, seed=0)(sorting_batch(1, torch.Generator())[0])
+        _stack(layout, 1, 8, 2, seed=0, **blocks)(sorting_batch(1, torch.Generator())[0])
     runs = {}
     for layout, name in (("post", "Post-LN"), ("pre", "Pre-LN")):
         for warm, tag in ((0, "no warm-up"), (warmup_steps, "warm-up")):

@@ -43,16 +43,17 @@ def student_kernel(tmp_path_factory, monkeypatch_module):
         "display_name": "student toolkit", "language": "python"}))
     monkeypatch_module.setenv("JUPYTER_PATH", str(root / "jupyter"))
 
-    installed = []  # the unlocked list of the wheel in place
+    installed = None  # the ``unlocked`` of the wheel in place
 
     def install(unlocked=()) -> Path:
-        if installed != [list(unlocked)]:
+        nonlocal installed
+        if installed != list(unlocked):
             wheel = build_student_toolkit(root / f"wheel-{len(unlocked)}",
                                           ROOT / "assignments", list(unlocked))
             subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
                             "--quiet", "--force-reinstall", "--no-deps", "--no-index",
                             str(wheel)], check=True)
-            installed[:] = [list(unlocked)]
+            installed = list(unlocked)
         return site
 
     return install

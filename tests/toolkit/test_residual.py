@@ -187,29 +187,11 @@ def test_warmup_experiment_stops_at_once_on_an_unwritten_block():
     assert seen == []
 
 
-class _Residual(nn.Module):
-    """A stand-in for a notebook's own block: ``x + W x``, no toolkit class inside."""
-
-    def __init__(self, d_model, n_heads):
-        super().__init__()
-        self.proj = nn.Linear(d_model, d_model)
-
-    def forward(self, x, mask=None):
-        return x + self.proj(x)
-
-
-def test_the_experiment_uses_only_the_classes_it_is_given(monkeypatch):
+def test_the_experiment_uses_only_the_classes_it_is_given(blocks_stubbed):
     """The student build of the toolkit stubs LayerNorm and the blocks while assignment 05
     is open: with a notebook's own classes, neither the explorer's measurements nor the
     warm-up runs may build one of the toolkit's."""
-
-    def stubbed(*args, **kwargs):
-        raise NotImplementedError("the toolkit's class was used")
-
-    monkeypatch.setattr(LayerNorm, "__init__", stubbed)
-    monkeypatch.setattr(PostLNBlock, "__init__", stubbed)
-    monkeypatch.setattr(PreLNBlock, "__init__", stubbed)
-    own = dict(pre_ln_block=_Residual, post_ln_block=_Residual, norm=nn.LayerNorm)
+    own = dict(pre_ln_block=blocks_stubbed, post_ln_block=blocks_stubbed, norm=nn.LayerNorm)
     for layout in ("pre", "post"):
         assert layer_scales(layout, 2, 16, **own)["gradient"].shape == (2,)
     runs = warmup_experiment(2, steps=3, n_layers=2, d_model=16, **own)
@@ -217,4 +199,4 @@ def test_the_experiment_uses_only_the_classes_it_is_given(monkeypatch):
                             "Pre-LN, warm-up"]
     assert all(len(losses) == 3 for losses in runs.values())
     with pytest.raises(NotImplementedError, match="toolkit's class"):
-        layer_scales("pre", 2, 16, pre_ln_block=_Residual, post_ln_block=_Residual)
+        layer_scales("pre", 2, 16, pre_ln_block=blocks_stubbed, post_ln_block=blocks_stubbed)

@@ -13,8 +13,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from toolkit.ffn import GatedFeedForward  # noqa: E402
 from toolkit.mlm import MASK_ID, WordVocab, mask_tokens  # noqa: E402
-from toolkit.norm import LayerNorm  # noqa: E402
-from toolkit.residual import PostLNBlock, PreLNBlock  # noqa: E402
+from toolkit.residual import PreLNBlock  # noqa: E402
 from toolkit.widgets import blocks as K  # noqa: E402
 from toolkit.widgets.display import HEADLESS_ENV, figure_to_png  # noqa: E402
 
@@ -95,27 +94,12 @@ def test_layer_scale_explorer_builds_and_redraws(interactive):
     assert bytes(image.value) != first
 
 
-class _OwnBlock(torch.nn.Module):
-    """A notebook's own block, built from no toolkit class: ``x + W x``."""
-
-    def __init__(self, d_model, n_heads):
-        super().__init__()
-        self.proj = torch.nn.Linear(d_model, d_model)
-
-    def forward(self, x, mask=None):
-        return x + self.proj(x)
-
-
-def test_layer_scale_explorer_draws_with_the_students_classes_alone(interactive, monkeypatch):
+def test_layer_scale_explorer_draws_with_the_students_classes_alone(interactive,
+                                                                   blocks_stubbed):
     """As with the student build while 05 is open: the toolkit's blocks and LayerNorm
     raise, and the explorer draws both layouts from the classes in ``fns``."""
-
-    def stubbed(*args, **kwargs):
-        raise NotImplementedError("the toolkit's class was used")
-
-    for cls in (LayerNorm, PostLNBlock, PreLNBlock):
-        monkeypatch.setattr(cls, "__init__", stubbed)
-    widget = K.layer_scale_explorer(fns={"PreLNBlock": _OwnBlock, "PostLNBlock": _OwnBlock,
+    widget = K.layer_scale_explorer(fns={"PreLNBlock": blocks_stubbed,
+                                         "PostLNBlock": blocks_stubbed,
                                          "LayerNorm": torch.nn.LayerNorm})
     notes = " ".join(c.value for c in _walk(widget) if isinstance(c, w.HTML))
     assert "toolkit's class" not in notes and "not written" not in notes
