@@ -107,7 +107,9 @@ def mistake_location(spec: AssignmentSpec, mutant) -> tuple[str, str]:
 def explanation_of(mutant) -> str:
     text = getattr(mutant, "explanation", "") or ""
     pitfall = mutant.pitfall
-    if pitfall[1:2].islower():  # "Forgot ..." -> "forgot ...", but "KV cache ..." stays
+    first_word = pitfall.split(" ", 1)[0]
+    # "Forgot ..." -> "forgot ...", but "KV cache ...", "RoPE ..." and "YaRN ..." stay.
+    if first_word[1:].islower():
         pitfall = pitfall[:1].lower() + pitfall[1:]
     return text.strip().rstrip(".") or pitfall
 

@@ -105,9 +105,10 @@ print("PE(10).PE(13) =", round(float(table[10] @ table[13]), 4),
       "  PE(50).PE(53) =", round(float(table[50] @ table[53]), 4))
 
 # %% [markdown]
-# BERT and GPT-2 *learn* the table instead (one trainable row per position). It fits the
-# data better, but a learned table has no row beyond the longest training sequence, so the
-# model simply cannot run longer.
+# BERT and GPT-2 *learn* the table instead (one trainable row per position). It can learn
+# whatever pattern the data needs (the Transformer paper found the two about equally good,
+# arXiv 1706.03762 section 3.5), but a learned table has no row beyond the longest training
+# sequence, so the model simply cannot run longer.
 
 # %%
 learned = LearnedPositionalEmbedding(max_seq_len=16, d_model=32)
@@ -267,8 +268,9 @@ train_short_test_long_explorer()
 #   it the base grows with $T$ as $\text{base}\cdot(sT/L - (s-1))^{d/(d-2)}$;
 # * **LongRoPE** (arXiv 2402.13753) rescales each pair by its own factor $\lambda_i$, found
 #   by a search on perplexity, and keeps two sets: `short_factor` up to $L$ and
-#   `long_factor` beyond (Phi-3 ships both in its config). It also scales the logits by
-#   $\sqrt{1 + \ln s/\ln L}$.
+#   `long_factor` beyond (Phi-3 ships both in its config). It also multiplies $q$ and $k$
+#   (in practice `cos` and `sin`) by $\sqrt{1 + \ln s/\ln L}$, so the logits by
+#   $1 + \ln s/\ln L$, as YaRN's temperature does.
 #
 # All six against the input length: on the left, whether some pair meets angles it never
 # saw; on the right, how much the pairs are slowed, which is what short inputs pay. (The

@@ -75,7 +75,7 @@ torch.manual_seed(0)
 #   $i$ sees keys $i - w < j \le i$, about $T w$ cells instead of $T^2$;
 # * a **band**, its bidirectional twin, $|i - j| \le r$;
 # * a **dilated** window, with gaps between the keys, covering a wider span for the same
-#   price (Sparse Transformer, arXiv 1904.10509);
+#   price (Longformer; compare the Sparse Transformer's strided pattern, arXiv 1904.10509);
 # * **global tokens**, which see every token and are seen by every token (a `[CLS]`
 #   token, the question in a question-answering input);
 # * **BigBird** (arXiv 2007.14062): window + global + a few **random** blocks per row,

@@ -134,8 +134,9 @@ plot_online_softmax(scores, values, block=4)
 #
 # The forward we use (FlashAttention-2's loop order) loops over tiles of queries (outer)
 # and of keys and values (inner). Each inner step computes one `block_q x block_k` tile of scores in fast memory,
-# updates $m$, $\ell$ and the accumulator, and throws the tile away. The largest tensor is a
-# tile: extra memory $O(T)$, not $O(T^2)$, and the result is *exact*, not an approximation.
+# updates $m$, $\ell$ and the accumulator, and throws the tile away. The largest *score*
+# tensor is one tile, and the largest tensor of all is the output ($T \times d$ per head):
+# extra memory $O(T)$, not $O(T^2)$, and the result is *exact*, not an approximation.
 #
 # For the backward pass it keeps one number per query row, the log-sum-exp $L = m + \log
 # \ell$. From it any tile of probabilities can be *recomputed*, $P = e^{S - L}$, instead of
@@ -162,7 +163,8 @@ with torch.no_grad():
         out, lse = flash_attention_forward(q, k, v, causal=True, block_q=32, block_k=32)
 print(f"peak extra memory: naive {naive_memory.peak / 1e3:.0f} kB, tiled "
       f"{tiled_memory.peak / 1e3:.0f} kB; largest tiled tensor "
-      f"{max(tiled_memory.shapes, key=math.prod)}")
+      f"{max(tiled_memory.shapes, key=math.prod)} (the output); any {N} x {N} tensor: "
+      f"{any(tuple(s[-2:]) == (N, N) for s in tiled_memory.shapes)}")
 
 # %% [markdown]
 # The backward pass, by hand: from the saved `lse` (one number per row) and the output, the
@@ -227,8 +229,9 @@ plot_attention_memory(d=64, heads=4)
 # **FlashAttention-3** (Shah et al., arXiv 2407.08608) targets NVIDIA's Hopper GPUs
 # (H100), where FlashAttention-2 used only about a third of the peak throughput. It
 # overlaps everything that can run at once: separate groups of threads ("warps") load tiles
-# with the asynchronous copy engine (TMA) while others compute, and the softmax of one
-# tile runs while the matrix units multiply the next ("ping-pong" scheduling). It also adds
+# with the asynchronous copy engine (TMA) while others compute; while one group of warps
+# runs its softmax, another runs its matrix multiplies ("ping-pong" scheduling), and within
+# a group the softmax of one tile overlaps the multiply of the next. It also adds
 # an FP8 path, with a random orthogonal transform of q and k (incoherent processing) that
 # spreads outliers before rounding to 8 bits, which keeps the error low. The paper reports
 # up to 75% of the H100's FP16 peak. None of this changes the maths you implement; it is

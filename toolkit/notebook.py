@@ -74,7 +74,14 @@ class Unwritten(NamedTuple):
 
 def unwritten_exercise(error: BaseException) -> Unwritten | None:
     """The function and exercise a stub's ``NotImplementedError`` names; ``None`` for any
-    other error (a bare ``NotImplementedError()`` included)."""
+    other error (a bare ``NotImplementedError()`` included).
+
+    An error raised *because of* a stub counts too: Triton's interpreter wraps what a
+    kernel raises in its own ``InterpreterError``, with the stub's error as its cause.
+    """
+    seen = 0
+    while error is not None and not isinstance(error, NotImplementedError) and seen < 3:
+        error, seen = error.__cause__, seen + 1
     if not isinstance(error, NotImplementedError):
         return None
     stub = _STUB.match(str(error))

@@ -153,12 +153,12 @@ print("largest weight with scaling   :", torch.softmax(row / math.sqrt(d_k), -1)
 # find the rows whose largest score is $-\infty$, give them finite scores (say 0) for the
 # softmax, and zero their weights afterwards.
 #
-# (Some libraries fill blocked scores with the most negative *finite* number,
+# (Some libraries block scores with the most negative *finite* number,
 # `torch.finfo(dtype).min`, instead of $-\infty$. A fully blocked row then gets *uniform*
-# weights rather than zeros: a different convention, with a catch in float16, where
-# $-65504 + s$ overflows to $-\infty$ for scores $s$ below about $-16$ and the row is
-# uniform over the other keys only. With a float mask your function simply adds what it
-# is given.)
+# weights rather than zeros: a different convention. Hugging Face *adds* that number as a
+# float mask, which has a catch in float16: $-65504 + s$ overflows to $-\infty$ for
+# scores $s$ below about $-16$, and the row is uniform over the other keys only. With a
+# float mask your function simply adds what it is given.)
 #
 # ### Exercise 1a: attention weights
 
@@ -326,9 +326,9 @@ attention_explorer(fns={"attention_weights": attention_weights})
 #   query 3   1 1 1 1
 #   ```
 #
-#   During generation with a key/value cache (Lecture 03; Assignment 07 builds one) the cache
-#   already holds $P$ earlier tokens, so the new queries sit at absolute positions
-#   $P, P+1, \dots$ and there are more keys than queries. Query $i$ then sees key $j$ iff
+#   During generation with a key/value cache (Lecture 03; Assignments 03 and 07 build
+#   one) the cache already holds $P$ earlier tokens, so the new queries sit at absolute
+#   positions $P, P+1, \dots$ and there are more keys than queries. Query $i$ then sees key $j$ iff
 #   $j \le i + P$; we call $P$ the `offset`, and the mask has shape `(n_queries, n_keys)`
 #   with `n_keys = P + n_queries` by default.
 # * **Key padding**: sequences in a batch have different lengths and are padded to the

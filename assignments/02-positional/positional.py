@@ -48,8 +48,9 @@
 # *properties* (a RoPE score depends only on the offset, a KV cache gives the same
 # result as the full sequence, ...). Each part scores the fraction of its checks that
 # pass. While the hidden checks run, the course toolkit's reference versions of these
-# functions (`toolkit.position.*`) and Hugging Face's RoPE helpers are switched off:
-# write the maths yourself with plain tensor operations.
+# functions (`toolkit.position.*`) are switched off, and so are Hugging Face's RoPE and
+# ALiBi helpers (its rope-scaling functions, LLaMA's, GPT-NeoX's and GPT-J's rotations,
+# BLOOM's `build_alibi_tensor`): write the maths yourself with plain tensor operations.
 #
 # **Conventions.**
 #
@@ -815,8 +816,8 @@ print("✓ rope_inv_freq_linear and rope_inv_freq_ntk pass the visible checks")
 # multiplying **both** $q$ and $k$ by $\sqrt{1/t}$ (in practice, `cos` and `sin`: that
 # is `apply_rope`'s `attention_scaling`). The logits are therefore multiplied by its
 # square, $(0.1\ln s + 1)^2 = 1/t$. (Two wrong versions circulate: "YaRN scales the base
-# by $\sqrt 2$", and "YaRN multiplies the logits by $\sqrt{1 + 0.1\ln s}$". Neither is in
-# the paper.)
+# by $\sqrt 2$", and "YaRN multiplies $q$ and $k$ by $\sqrt{1 + 0.1\ln s}$", which makes
+# the logits $1 + 0.1\ln s$ times larger instead of its square. Neither is in the paper.)
 #
 # ### Exercise 3b: YaRN
 
@@ -921,7 +922,7 @@ assert torch.allclose(ratio[slow], torch.full((int(slow.sum()),), 0.25, dtype=to
     "pairs with less than beta_slow = 1 turn must be fully interpolated (theta / s); got "
     f"theta'/theta = {[round(v, 3) for v in ratio[slow].tolist()]}")
 assert bool((ratio[1:] <= ratio[:-1] + 1e-7).all()), "theta'/theta should fall from 1 to 1/s"
-# HF's index ramp here: lo = floor(8.07) = 8, hi = ceil(20.1) = 21, so pair 14 gets gamma = 7/13.
+# HF's index ramp here: lo = floor(8.06) = 8, hi = ceil(20.1) = 21, so pair 14 gets gamma = 7/13.
 assert abs(ratio[14].item() - (6 / 13 / 4 + 7 / 13)) < 1e-6, (
     f"pair 14 should get gamma = 1 - (14 - 8)/(21 - 8) = 7/13, theta'/theta = "
     f"{6 / 13 / 4 + 7 / 13:.4f}; got {ratio[14].item():.4f}. Check lo, hi and the rounding.")

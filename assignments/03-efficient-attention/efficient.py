@@ -238,8 +238,9 @@ for layer in range(1, 5):
 #        = \frac{\phi(q_i)^\top S}{\phi(q_i)^\top z}, \qquad
 #    S = \phi(K)^\top V \;(d \times d_v), \quad z = \phi(K)^\top \mathbf 1 \;(d). $$
 #
-# $S$ and $z$ are computed once, in $O(T d\, d_v)$: **linear** in $T$. No $1/\sqrt{d}$ is
-# needed: the division by $\phi(q_i)^\top z$ already makes each query's weights sum to 1.
+# $S$ and $z$ are computed once, in $O(T d\, d_v)$: **linear** in $T$. Like the paper, we
+# use no $1/\sqrt{d}$: a constant factor on $\phi(q)^\top \phi(k)$ would cancel between
+# the numerator and the denominator.
 # Forgetting that denominator is the classic mistake: the output is then an
 # unnormalised sum whose size grows with the number of keys.
 #
@@ -444,8 +445,8 @@ kv_cache_calculator(fns={"kv_cache_bytes": kv_cache_bytes})
 # Which KV head does query head $h$ read? **Integer division**: $h \,/\!/\, g$. With 8 query
 # heads and 2 KV heads, heads 0-3 read KV head 0 and heads 4-7 read KV head 1. The
 # tempting `h % n_kv_heads` interleaves the groups instead (heads 0, 2, 4, 6 on KV head
-# 0): it runs, has the right shapes, and is a different model that cannot load a
-# LLaMA or Mistral checkpoint.
+# 0): it runs, has the right shapes, and is a different model: a LLaMA or Mistral
+# checkpoint loads into it without an error and then gives wrong outputs.
 #
 # The simplest implementation copies each KV head $g$ times, *in place*, so that the
 # usual attention code can run: `[k0, k1] -> [k0, k0, k0, k0, k1, k1, k1, k1]`. That is

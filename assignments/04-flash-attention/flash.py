@@ -31,8 +31,8 @@
 #
 # **How this notebook is graded.** Fill in each region marked `YOUR CODE HERE`; the test
 # cells run quick checks, the grader its own hidden ones. While they run, PyTorch's
-# softmax, logsumexp and fused attention, and the toolkit's reference versions of what
-# you write here, are switched off.
+# softmax, logsumexp, fused attention and autograd (`backward`, `torch.autograd.grad`),
+# and the toolkit's reference versions of what you write here, are switched off.
 #
 # **No GPU?** Triton kernels then run in Triton's *interpreter*, which executes each
 # program instance with NumPy on the CPU: slow, but exact for fp32 and fp16 on small
@@ -200,15 +200,20 @@ online_softmax_stepper()
 #   Reshape back to `(B, H, ...)` at the end.
 # * **Causal, bottom-right.** Query `i` sees keys `j <= i + shift` with
 #   `shift = N_k - N_q`: with a KV cache, the new queries are the *last* `N_q` positions
-#   (for `N_q == N_k` this is the usual `j <= i`). Key tiles that start after the query
-#   tile's last visible key, `min(N_k, qe + shift)`, are skipped entirely: that is where
+#   (for `N_q == N_k` this is the usual `j <= i`). Key tiles that start at or after
+#   `min(N_k, qe + shift)`, one past the query tile's last visible key `qe - 1 + shift`,
+#   are skipped entirely: that is where
 #   causal attention saves half the work. Only tiles that *cross* the diagonal
 #   (`ke - 1 > qs + shift`) need the mask `causal_tile_mask(qs, qe, ks, ke, shift, device)`.
 # * **A row with nothing visible** (possible when `N_q > N_k` with a causal mask) keeps
 #   $m = -\infty$; use `m_safe = where(m' == -inf, 0, m')` in the exponentials so that
-#   no `-inf - (-inf) = NaN` appears. Such a row returns zeros and `lse = -inf`.
+#   no `-inf - (-inf) = NaN` appears. Such a row ends with `acc = 0` and `l = 0`, so
+#   divide by `l_safe = where(l > 0, l, 1)`, not by `l` (0/0 is NaN): it returns zeros,
+#   and its `lse` is `-inf`.
 # * **Precision.** Accumulate in at least float32 (`acc_dtype`); write `out` in the input
 #   dtype; `lse` stays in `acc_dtype`.
+#
+# ### Exercise 2: `flash_attention_forward`
 
 # %% nbgrader={"grade": false, "grade_id": "flash_attention_forward", "locked": false, "schema_version": 3, "solution": true}
 def flash_attention_forward(
@@ -389,7 +394,7 @@ print("row softmax kernel matches torch.softmax:", torch.allclose(y, torch.softm
 #    the rows past `N_Q` masked;
 # 3. loop over the keys `BLOCK_N` at a time: load the tile **transposed**, `(D, BLOCK_N)`,
 #    straight through the pointers (`k_base + cols[None, :] * D + offs_d[:, None]`), compute
-#    `S = tl.dot(q, kT)`, mask keys past `N_K` (and, if `CAUSAL`, keys `j > i + shift`) with
+#    `S = tl.dot(q, kT) * qk_scale`, mask keys past `N_K` (and, if `CAUSAL`, keys `j > i + shift`) with
 #    `-inf`, then the online-softmax update of part 2 and `acc += tl.dot(p, v)`. With
 #    `CAUSAL`, stop the loop at `min(N_K, (pid_m + 1) * BLOCK_M + shift)`;
 # 4. write `O = acc / l` (in `O`'s dtype: `out.to(O.dtype.element_ty)`) and `LSE`.
@@ -397,18 +402,20 @@ print("row softmax kernel matches torch.softmax:", torch.allclose(y, torch.softm
 # Two GPU habits, both in the reference kernels of the toolkit:
 #
 # * **Base 2.** `exp2` is a single hardware instruction; `exp(x) = 2^(x log2 e)`. The wrapper
-#   passes `qk_scale = scale * log2(e)`, so `S` is already in base 2 and the kernel uses
-#   `tl.exp2` throughout. Then $m$ is in base-2 units, and the natural-log
+#   passes `qk_scale = scale * log2(e)`; multiplying the scores by it puts `S` in base 2,
+#   and the kernel then uses `tl.exp2` throughout. Then $m$ is in base-2 units, and the natural-log
 #   $L = \ln \sum_j e^{s_j} = m \ln 2 + \ln \ell$: convert back before storing
-#   (`m_i * 0.6931471805599453 + tl.log(l_safe)`; Triton kernels cannot read Python globals,
-#   so write the constant inline).
+#   (`m_i * 0.6931471805599453 + tl.log(l_safe)`; compiled Triton reads only globals made
+#   with `tl.constexpr(...)`, and the CPU interpreter is laxer, so a plain global that
+#   works here fails on a GPU: write the constant inline).
 # * **Accumulate in fp32**: `m`, `l`, `acc` are float32 (`tl.full`, `tl.zeros` with
 #   `dtype=tl.float32`); `p` is cast to `v`'s dtype for the second `tl.dot`. Pass
 #   `input_precision=DOT_PRECISION` to `tl.dot` (the wrapper chooses exact fp32 products
 #   on a GPU).
 #
-# Rows with no visible key are handled as in part 2 (`m_safe`, then `l = 0` means output 0
-# and `lse = -inf`).
+# Rows with no visible key are handled as in part 2: `m_safe` in the exponentials, then
+# divide by `l_safe = tl.where(l > 0, l, 1.0)` (such a row has `acc = l = 0`, and 0/0 is
+# NaN), so its output is 0, and store `lse = -inf` for it.
 #
 # ### Exercise 3a: the kernel
 
@@ -863,6 +870,7 @@ for name, a, t in zip(("dq", "dk", "dv"), mine, (q, k, v)):
 #   (summed over the GQA group) and adds its share of $dQ$ atomically.
 # * GQA costs nothing extra: a query head reads KV head $h \,/\!/\, g$, by reshaping the
 #   queries (PyTorch) or by computing the KV head's base pointer (Triton).
-# * In Triton a program owns one query tile of one head; pointers are arithmetic on
-#   strides; masks handle the tiles that stick out. FlashAttention-3 (arXiv 2407.08608)
-#   adds Hopper-specific asynchrony and FP8 *(reading)*.
+# * In the Triton forward a program owns one query tile of one head (in the backward, one
+#   key tile of one KV head); pointers are arithmetic on strides; masks handle the tiles
+#   that stick out. FlashAttention-3 (arXiv 2407.08608) adds Hopper-specific asynchrony
+#   and FP8 *(reading)*.

@@ -71,5 +71,5 @@ def test_a_mistake_of_another_exercise_is_told_apart(course):
 
 def test_the_feedback_page_leads_with_the_diagnosis(course):
     page = course.path("feedback", "mutant-no-scale", NAME, "attention.html").read_text()
-    assert "Diagnosis:" in page and "forgotten 1/sqrt(d_k)" in page.lower()
+    assert "Diagnosis:" in page and "without the factor 1/sqrt(d_k)" in page  # its explanation
     assert "cdnjs" not in page and "<math" in page  # maths drawn offline

@@ -4,7 +4,8 @@ import math
 
 import torch
 
-from autograder.diagnosis import fingerprint_matches, same_answer, usable
+from autograder.assignment_spec import Mutant
+from autograder.diagnosis import explanation_of, fingerprint_matches, same_answer, usable
 from autograder.feedback import maths_to_mathml, part_name, summary_markdown
 from autograder.jobs import CheckRecord
 from autograder.protocol import Exchange, ForbiddenShortcut, SubmissionError
@@ -150,3 +151,15 @@ def test_mistake_oracle_leaves_no_scratch_folder_behind(tmp_path):
     finally:
         oracle.close()
     assert not scratch_of(live)
+
+
+def test_the_feedback_line_prefers_the_explanation_and_keeps_names_capitalised():
+    def mutant(pitfall, explanation=""):
+        return Mutant("m", pitfall, "nb", "find", "replace", ["test_x"], explanation)
+
+    assert explanation_of(mutant("Forgot the scale", "you left out 1/sqrt(d_k).")) == (
+        "you left out 1/sqrt(d_k)")  # the message adds its own full stop
+    assert explanation_of(mutant("Forgotten 1/sqrt(d_k)")) == "forgotten 1/sqrt(d_k)"
+    for name in ("RoPE layouts mixed", "YaRN ramp reversed", "KV cache overwritten",
+                 "Post-LN where Pre-LN was asked", "dK/dV not summed"):
+        assert explanation_of(mutant(name)) == name

@@ -132,3 +132,23 @@ def test_places_are_found_once_and_again_after_an_import(bridge, tmp_path):
     finally:
         del sys.modules[late.__name__]
     _assert_restored(bridge)
+
+
+@pytest.mark.parametrize("code, expected", [
+    ("from transformers.models.llama.modeling_llama import rotate_half\n"
+     "def shortcut(x, pos):\n    return rotate_half(x)",
+     "transformers.models.llama.modeling_llama.rotate_half"),
+    ("from transformers.models.bloom import modeling_bloom\n"
+     "def shortcut(x, pos):\n"
+     "    return modeling_bloom.build_alibi_tensor(torch.ones(1, 3), 4, torch.float32)",
+     "transformers.models.bloom.modeling_bloom.build_alibi_tensor"),
+])
+def test_hugging_face_helpers_of_02_trip(bridge, tmp_path, code, expected):
+    """02's forbid list covers the Hugging Face functions that return an exercise's answer."""
+    from autograder.assignment_spec import AssignmentSpec
+
+    forbid = AssignmentSpec.load("02-positional").forbid
+    exec(code, bridge.ns)
+    reply = _call(bridge, tmp_path, "shortcut", forbid)
+    assert reply["ok"] is False and reply["violations"] == [expected], reply
+    _assert_restored(bridge)

@@ -40,6 +40,15 @@ CELLS = [
     "        return self.norm(x)\n"
     "Block()(torch.zeros(2, 5, 8))",
     "import sys\nprint(type(sys.last_value).__name__)  # %debug still finds the error",
+    # A kernel stub called through a written wrapper: Triton's interpreter wraps the stub's
+    # error in its own, which still gets the one line.
+    "import os\nos.environ['TRITON_INTERPRET'] = '1'\n"
+    "import torch, triton\n"
+    "@triton.jit\n"
+    "def copy_kernel(X):\n"
+    "    raise NotImplementedError("
+    "'`copy_kernel` is not written yet (Exercise 3a: the kernel): write it in its cell')\n"
+    "copy_kernel[(1,)](torch.zeros(4))",
 ]
 
 
@@ -89,3 +98,7 @@ def test_messages_in_a_kernel():
     assert "Block.forward" in shown and "Norm.forward" in shown, shown
     assert "_call_impl" not in shown and "module.py" not in shown, shown
     assert nb.cells[9].outputs[0]["text"] == "RuntimeError\n"
+    kernel = errors[10]
+    assert kernel["traceback"] == [
+        "‖ This cell needs `copy_kernel`, which is not written yet (Exercise 3a: the kernel). "
+        "Write it, run its cell, then run this cell again."], kernel

@@ -42,8 +42,9 @@ def attention_memory_bytes(
 ) -> float:
     """Extra memory of the forward beyond inputs and output (a model, not a measurement).
 
-    * naive: the ``N x N`` score matrix per head, ``B H N^2 bytes`` (4096 tokens in fp16:
-      33.5 MB per head); the probabilities need as much again unless computed in place.
+    * naive: the ``N x N`` score matrix per head, ``B H N^2 x bytes_per_element`` (4096
+      tokens in fp16: 33.5 MB per head); the probabilities need as much again unless
+      computed in place.
     * tiled: one score tile ``block_q x block_k``, the accumulator ``block_q x d`` and
       ``m, l`` in fp32, plus the saved logsumexp, ``N`` fp32 values per head: O(N).
     """

@@ -17,7 +17,7 @@ from toolkit.transformer import DecoderBlock
 
 pytestmark = pytest.mark.grade_cell("test_decoder_block")
 
-LEAK = "Mask broadcast over the wrong axis (future leaks)"
+LEAK = "Decoder self-attention without a causal mask"
 CROSS = "Cross-attention takes keys and values from the decoder, not the encoder memory"
 NAMES = "Parameter names differ from the specification"
 LAYOUT = "Residual and LayerNorm order wrong (Post-LN vs Pre-LN)"

@@ -119,7 +119,7 @@ def test_dilated_values(submission):
             raise CheckFailure(
                 f"dilated_mask({n}, {w}, {dil}{', causal=False' if kwargs else ''}) is\n"
                 f"{_grid(got)}\nwhich is wrong: query i sees keys i - m*{dil} for m = 0..{w - 1}"
-                + (" and i + m*dil" if kwargs else " (nothing after the query)"))
+                + (f" and i + m*{dil}" if kwargs else " (nothing after the query)"))
 
 
 def test_dilation_one_is_the_plain_window(submission):

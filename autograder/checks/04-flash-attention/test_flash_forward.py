@@ -120,7 +120,8 @@ def test_rectangular_causal_is_bottom_right(submission):
     out, lse, label = _call(submission, q2, k[:, :, :6], v[:, :, :6], True, 8, 4)
     if not torch.isfinite(out).all():
         raise CheckFailure(f"{label}: rows with no visible key gave NaN/inf; use m_safe = 0 where "
-                           "the running max is still -inf, and return zeros for those rows")
+                           "the running max is still -inf, and divide by l only where l > 0 "
+                           "(l_safe = where(l > 0, l, 1)): such a row has acc = l = 0")
     _compare(out, lse, label, q2, k[:, :, :6], v[:, :, :6], causal=True)
     if out[:, :, :14].abs().max() != 0:
         raise CheckFailure(f"{label}: queries 0..13 see no key: their output must be exactly 0")

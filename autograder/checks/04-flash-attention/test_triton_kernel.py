@@ -84,6 +84,11 @@ def _compare_out(out, label, q, k, v, causal=False, scale=None, tol=TOL):
         if torch.allclose(out.double(), strict, **tol):
             raise CheckFailure(f"{label}: your causal mask hides each query's own position "
                                "(j < i): a query sees keys j <= i + shift, itself included")
+        if shift != 0 and torch.allclose(
+                out.double(), dense_attention(q, k, v, causal, scale, shift=0)[0], **tol):
+            raise CheckFailure(f"{label}: the causal mask is aligned top-left (j <= i). With "
+                               "N_Q != N_K it is aligned bottom-right: shift = N_K - N_Q, and "
+                               "query i sees keys j <= i + shift")
     base_e = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
     if torch.allclose(out.double(), dense_attention(q, k, v, causal, base_e * math.log(2))[0],
                       **tol):
@@ -91,7 +96,8 @@ def _compare_out(out, label, q, k, v, causal=False, scale=None, tol=TOL):
                            "`scale` alone. exp(x) = exp2(x * log2(e)): multiply the scale by "
                            "log2(e) = 1.4427 before the kernel uses exp2")
     assert_close(out, ref.to(out.dtype), **tol, name=f"out of {label}",
-                 hint="rescale acc by alpha = exp2(m - m') before adding P V; mask keys past N_K")
+                 hint="S = tl.dot(q, kT) * qk_scale; rescale acc by alpha = exp2(m - m') "
+                      "before adding P V; mask keys past N_K")
 
 
 def _compare_lse(lse, label, q, k, v, causal=False, scale=None):
@@ -156,7 +162,8 @@ def test_rectangular_causal(submission):
                               need_lse=True)
     if not torch.isfinite(out).all():
         raise CheckFailure(f"{label}: rows with no visible key gave NaN/inf; use m_safe = 0 while "
-                           "the running max is -inf (then l = 0 and the output stays 0)")
+                           "the running max is -inf, and divide by l only where l > 0 "
+                           "(l_safe = tl.where(l > 0, l, 1.0)): such a row has acc = l = 0")
     _compare_out(out, label, q2, k[:, :, :16], v[:, :, :16], causal=True)
     _compare_lse(lse, label, q2, k[:, :, :16], v[:, :, :16], causal=True)
 
