@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tomllib
 from pathlib import Path
 
 import jupytext
 import nbformat
-import tomllib
 
 from .limits import Limits
 

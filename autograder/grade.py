@@ -28,7 +28,7 @@ from . import gradebook as writer
 from .course import AssignmentSpec, Course, CourseError
 from .execute import kernel_start_mode
 from .jobs import Job, NotebookResult
-from .runner import describe_isolation, grade_notebook
+from .runner import WorkerSetupError, describe_isolation, grade_notebook
 from .sandbox import hidden_from_kernels
 from .sanitize import NotGradable, grade_cell_ids, read_submission, sanitize
 from .workers import (
@@ -211,11 +211,15 @@ def _grade(course, spec, students, workers, scheduler, force, progress, log, cel
         file=sys.stderr,
     )
     unfinished = []  # jobs whose worker stopped: not the submission's fault, not recorded
+    misplaced = []  # jobs a worker could not see the files of: not recorded either
     try:
         for job, result in _execute(jobs, workers, scheduler):
             raise_if_stop_requested()  # a Ctrl-C the interpreter swallowed stops us here
             if isinstance(result, BaseException) and worker_stopped(result):
                 unfinished.append(job)
+                continue
+            if isinstance(result, WorkerSetupError):
+                misplaced.append((job, result))
                 continue
             if isinstance(result, BaseException):
                 error = f"grading error: {type(result).__name__}: {result}"
@@ -228,6 +232,12 @@ def _grade(course, spec, students, workers, scheduler, force, progress, log, cel
                               "in this run)") from None
     finally:
         bar.close()
+    if misplaced:
+        students = sorted({job.student for job, _ in misplaced})
+        raise CourseError(
+            f"{len(students)} submission(s) were not graded: {misplaced[0][1]}. Nothing was "
+            f"recorded for {', '.join(students[:10])}{' ...' if len(students) > 10 else ''}; "
+            "run the same command again once every worker sees those folders")
     if unfinished:
         students = sorted({job.student for job in unfinished})
         raise CourseError(

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import tomllib
 from pathlib import Path
 
 import nbformat
-import tomllib
 
 from .course import (
     PROJECT_ROOT,

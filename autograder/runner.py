@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import socket
 import time
 from pathlib import Path
 
@@ -142,8 +143,26 @@ def describe_isolation(limits: Limits) -> str:
             + (f"; {gpu.describe(gpu.available())}" if limits.gpu else ""))
 
 
+class WorkerSetupError(RuntimeError):
+    """The machine that took a job cannot see the files the job names by path (a Dask
+    worker without the grader's checkout or workspace). A fault of the grading set-up,
+    never of the submission: such a job is not recorded, and the next run grades it."""
+
+
+def _check_paths(job: Job) -> None:
+    """Raise :class:`WorkerSetupError` unless this machine sees the job's folders."""
+    folders = (job.checks_dir, job.submission_dir, job.assignment_dir)
+    missing = [str(p) for p in folders if p is not None and not Path(p).is_dir()]
+    if missing:
+        raise WorkerSetupError(
+            f"the grading worker on {socket.gethostname()} cannot see {', '.join(missing)}. "
+            "Jobs name files by path: every Dask worker needs this project and the course "
+            "workspace at the same paths as the grader (a shared file system)")
+
+
 def grade_notebook(job: Job) -> NotebookResult:
     """Execute and check one notebook of one submission."""
+    _check_paths(job)
     with sandbox_slot() as slot:
         return _grade_notebook(job, slot)
 

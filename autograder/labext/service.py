@@ -172,7 +172,7 @@ class CourseLab(LoggingConfigurable):
             notebook=found.notebook_id,
             path=str(rel),
             cached=cached,
-            checked_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            checked_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             seconds=trusted.get("seconds"),
             isolation=trusted.get("isolation"),
         )
@@ -192,7 +192,7 @@ class CourseLab(LoggingConfigurable):
         limit = self.check_timeout or spec.limits.submission_timeout + 600
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout=limit)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._stop_pool()
             raise CheckRefused(504, f"the check did not finish within {limit:.0f} s; try "
                                     "again, and tell your instructor if it happens again"

@@ -1,6 +1,8 @@
 """Nothing is lost when grading is interrupted, and the same grading runs on Dask."""
 
+import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -192,9 +194,10 @@ def _free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def dask_cluster(tmp_path):
-    """A real scheduler and two workers, separate processes, on loopback."""
+@contextlib.contextmanager
+def _cluster(tmp_path, workers=2, wrap=()):
+    """A real scheduler and ``workers`` workers, separate processes, on loopback; each
+    worker's command line is prefixed with ``wrap``."""
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     env = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
@@ -202,23 +205,33 @@ def dask_cluster(tmp_path):
                                str(port), "--dashboard-address", ":0", "--no-show"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                               cwd=tmp_path)]
-    for i in range(2):
-        procs.append(subprocess.Popen(
-            [str(BIN / "dask"), "worker", address, "--nworkers", "1", "--nthreads", "1",
-             "--name", f"w{i}", "--local-directory", str(tmp_path / f"w{i}"), "--no-dashboard"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=tmp_path))
-    from distributed import Client
+    try:
+        for i in range(workers):
+            procs.append(subprocess.Popen(
+                [*wrap, str(BIN / "dask"), "worker", address, "--nworkers", "1", "--nthreads",
+                 "1", "--name", f"w{i}", "--local-directory", str(tmp_path / f"w{i}"),
+                 "--no-dashboard"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=tmp_path))
+        from distributed import Client
 
-    with Client(address, timeout="60s") as client:
-        client.wait_for_workers(2, timeout=120)
-    yield address
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        with Client(address, timeout="60s") as client:
+            client.wait_for_workers(workers, timeout=120)
+        yield address
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture
+def dask_cluster(tmp_path):
+    """A real scheduler and two workers, separate processes, on loopback."""
+    with _cluster(tmp_path) as address:
+        yield address
 
 
 def test_grading_through_a_dask_cluster(tiny_course, dask_cluster):
@@ -234,6 +247,29 @@ def test_grading_through_a_dask_cluster(tiny_course, dask_cluster):
     assert records["dask-ref"]["score"] == 2.0
     assert records["dask-stub"]["score"] == 0.0
     assert records["dask-mutant"]["score"] < 2.0
+
+
+def _bwrap_can_hide_a_folder() -> bool:
+    return shutil.which("bwrap") is not None and subprocess.run(
+        ["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/tmp", "true"],
+        capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _bwrap_can_hide_a_folder(), reason="bubblewrap hides the course here")
+def test_a_worker_that_cannot_see_the_course_costs_no_student_anything(tiny_course, tmp_path):
+    """A Dask worker on a machine without the grader's files (here: one whose view of the
+    course folder is an empty tmpfs) grades nothing and records nothing."""
+    from autograder.course import CourseError
+
+    course = tiny_course
+    spec = course.spec("00-tiny")
+    write_submissions(course, spec, {"blind": make_class(course, spec)["reference"]})
+    blind = ["bwrap", "--dev-bind", "/", "/", "--tmpfs", str(course.root.parent)]
+    with _cluster(tmp_path, workers=1, wrap=blind) as address:
+        with pytest.raises(CourseError, match="cannot see .*same paths as the grader"):
+            grade(course, "00-tiny", students=["blind"], scheduler=address, progress=False,
+                  log=lambda *a: None)
+    assert not course.results_dir("00-tiny").joinpath("blind.json").exists()
 
 
 def test_a_scheduler_that_cannot_be_reached_is_named_and_nothing_is_recorded(tiny_course):
