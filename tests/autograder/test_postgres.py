@@ -169,31 +169,11 @@ def test_grading_resumes_and_every_view_reads_postgres(pg_course):
 
 
 @pytest.fixture
-def worker_without_password(tmp_path):
+def worker_without_password(dask_cluster_in):
     """A Dask scheduler and one worker whose environment has no gradebook password."""
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if k != "PGPASSWORD"}
-    env["DASK_DISTRIBUTED__WORKER__DAEMON"] = "False"
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": env,
-             "cwd": tmp_path}
-    procs = [subprocess.Popen([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port",
-                               str(port), "--dashboard-address", ":0", "--no-show"], **quiet),
-             subprocess.Popen([str(BIN / "dask"), "worker", address, "--nworkers", "1",
-                               "--nthreads", "1", "--no-dashboard", "--local-directory",
-                               str(tmp_path / "w")], **quiet)]
-    from distributed import Client
-
-    with Client(address, timeout="60s") as client:
-        client.wait_for_workers(1, timeout=120)
-    yield address
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with dask_cluster_in(workers=1, env=env) as address:
+        yield address
 
 
 def test_dask_workers_grade_but_only_the_grader_writes(pg_course, worker_without_password):

@@ -1,10 +1,8 @@
 """Nothing is lost when grading is interrupted, and the same grading runs on Dask."""
 
-import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -188,49 +186,10 @@ def test_a_worker_that_dies_costs_no_student_anything(tiny_course, tmp_path):
     assert {p.name for p in _results(course)} == {f"{s}.json" for s in students}
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def _cluster(tmp_path, workers=2, wrap=()):
-    """A real scheduler and ``workers`` workers, separate processes, on loopback; each
-    worker's command line is prefixed with ``wrap``."""
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    env = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
-    procs = [subprocess.Popen([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port",
-                               str(port), "--dashboard-address", ":0", "--no-show"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                              cwd=tmp_path)]
-    try:
-        for i in range(workers):
-            procs.append(subprocess.Popen(
-                [*wrap, str(BIN / "dask"), "worker", address, "--nworkers", "1", "--nthreads",
-                 "1", "--name", f"w{i}", "--local-directory", str(tmp_path / f"w{i}"),
-                 "--no-dashboard"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=tmp_path))
-        from distributed import Client
-
-        with Client(address, timeout="60s") as client:
-            client.wait_for_workers(workers, timeout=120)
-        yield address
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-
-
 @pytest.fixture
-def dask_cluster(tmp_path):
+def dask_cluster(dask_cluster_in):
     """A real scheduler and two workers, separate processes, on loopback."""
-    with _cluster(tmp_path) as address:
+    with dask_cluster_in() as address:
         yield address
 
 
@@ -256,7 +215,8 @@ def _bwrap_can_hide_a_folder() -> bool:
 
 
 @pytest.mark.skipif(not _bwrap_can_hide_a_folder(), reason="bubblewrap hides the course here")
-def test_a_worker_that_cannot_see_the_course_costs_no_student_anything(tiny_course, tmp_path):
+def test_a_worker_that_cannot_see_the_course_costs_no_student_anything(tiny_course,
+                                                                       dask_cluster_in):
     """A Dask worker on a machine without the grader's files (here: one whose view of the
     course folder is an empty tmpfs) grades nothing and records nothing."""
     from autograder.course import CourseError
@@ -265,7 +225,7 @@ def test_a_worker_that_cannot_see_the_course_costs_no_student_anything(tiny_cour
     spec = course.spec("00-tiny")
     write_submissions(course, spec, {"blind": make_class(course, spec)["reference"]})
     blind = ["bwrap", "--dev-bind", "/", "/", "--tmpfs", str(course.root.parent)]
-    with _cluster(tmp_path, workers=1, wrap=blind) as address:
+    with dask_cluster_in(workers=1, wrap=blind) as address:
         with pytest.raises(CourseError, match="cannot see .*same paths as the grader"):
             grade(course, "00-tiny", students=["blind"], scheduler=address, progress=False,
                   log=lambda *a: None)
