@@ -18,8 +18,8 @@
 # A Transformer layer does two things: it **mixes tokens** (attention) and it
 # **transforms each token** (the feed-forward network). This lecture is about the models
 # that change one or both, and about the surprising fact that ties most of them together:
-# recurrent "state-space" layers and attention are two ways to compute the same kind of
-# masked matrix product.
+# recurrent "state-space" layers and softmax-free (linear) attention are two ways to
+# compute the same kind of masked matrix product.
 #
 # 1. Sparse experts: more parameters at the same cost per token.
 # 2. One recurrence, many models: linear attention, RetNet, S4, Mamba, RWKV.
@@ -83,7 +83,9 @@ torch.set_default_dtype(torch.float64)  # exact comparisons below
 #
 # * **Which gate.** Switch and GShard take a softmax over all experts and keep the top-$k$
 #   probabilities (GShard then divides its two by their sum); Mixtral takes the top-$k$
-#   logits and a softmax over those. Name the
+#   logits and a softmax over those, which gives the same gates as GShard's renormalised
+#   ones (and is how Hugging Face computes Mixtral's). Only top-$k$ *without*
+#   renormalising (Switch, Qwen2-MoE by default) gives other numbers, so name the
 #   convention whenever you compare numbers.
 # * **Balance.** Without an auxiliary loss the router collapses onto a few experts;
 #   Switch's $\alpha N \sum_i f_i P_i$ is the standard cure. A loss-free alternative
@@ -152,8 +154,11 @@ print(f"total {counts['total'] / 1e9:.1f}B, active {counts['active'] / 1e9:.1f}B
 # %% [markdown]
 # ## 2. One recurrence, many models
 #
-# Causal linear attention (Assignment 03) keeps a matrix state $S_t = S_{t-1} + k_t^\top v_t$
-# and reads it with the query, $o_t = q_t S_t$. Almost every "efficient" token mixer in
+# Causal linear attention (Assignment 03) keeps a matrix state
+# $S_t = S_{t-1} + \phi(k_t)^\top v_t$ and a normaliser $z_t = z_{t-1} + \phi(k_t)$, and
+# reads them with the query, $o_t = \phi(q_t) S_t / (\phi(q_t) \cdot z_t)$. Drop the feature
+# map and the normaliser, as RetNet and Mamba-2 do, and the core is
+# $S_t = S_{t-1} + k_t^\top v_t$, $o_t = q_t S_t$. Almost every "efficient" token mixer in
 # this lecture is a variation of that line:
 #
 # $$ S_t = a_t \odot S_{t-1} + b_t, \qquad o_t = \text{read}(S_t). $$
@@ -196,14 +201,16 @@ print("max |parallel - recurrent| =", (parallel - torch.stack(recurrent)).abs().
 # %% [markdown]
 # ### S4: a decay fixed over time is a convolution
 #
-# A time-invariant SSM (S4, S4D) discretises once, with the zero-order hold
-# $\bar A = e^{\Delta A}$, $\bar B = (\Delta A)^{-1}(e^{\Delta A} - I)\,\Delta B$, and then every
+# A time-invariant SSM discretises once (S4 used the bilinear transform; S4D and Mamba use
+# the zero-order hold, $\bar A = e^{\Delta A}$,
+# $\bar B = (\Delta A)^{-1}(e^{\Delta A} - I)\,\Delta B$, which we use here), and then every
 # step is the same: $h_t = \bar A h_{t-1} + \bar B u_t$, $y_t = C h_t + D u_t$. Unrolled, the
 # output is a causal convolution of the input with the kernel
 # $K = (C\bar B, C\bar A\bar B, C\bar A^2\bar B, \dots)$, which an FFT computes for the whole
-# sequence at once: S4 trains as a convolution and generates as a recurrence. Mamba keeps
-# the exact $\bar A$ but simplifies $\bar B$ to $\Delta B$ (Euler), nearly the same for the
-# small steps it uses.
+# sequence at once: S4 trains as a convolution and generates as a recurrence. Mamba's
+# paper writes the zero-order hold for both; its reference code keeps the exact $\bar A$
+# but takes $\bar B = \Delta B$ (Euler), which its authors report makes no difference in
+# practice.
 
 # %%
 H, N_state, L_lti = 2, 4, 32
@@ -233,8 +240,8 @@ print(f"Mamba's B_bar = delta B differs from the ZOH's by at most "
 #
 # that is $y = (L \circ C B^\top)\,(\Delta \odot u)$: attention with $C$ as the queries,
 # $B$ as the keys, no softmax, and a causal mask whose entries are products of decays. The
-# mask $L$ is *1-semiseparable* (every block below the diagonal has rank 1), which is what
-# makes the linear-time recurrent form possible. The quadratic "attention" form is better
+# mask $L$ is *1-semiseparable* (every submatrix on or below the diagonal has rank at most
+# 1), which is what makes the linear-time recurrent form possible. The quadratic "attention" form is better
 # for GPUs' matrix units on short chunks, the recurrent form for long sequences and
 # generation; Mamba-2 uses the first inside chunks and the second across them, just like
 # RetNet.
@@ -342,7 +349,9 @@ print("channel mixing keeps the shape:", tuple(out_rwkv.shape))
 #
 # At generation time attention with a KV cache keeps $2\, n_\text{kv heads}\, d_\text{head}$
 # numbers per token and layer and reads all of them for every new token. A recurrent
-# layer keeps a fixed state. For a 24-layer, $d_\text{model} = 1024$ model in fp16:
+# layer keeps a fixed state. For a 24-layer, $d_\text{model} = 1024$ model in fp16,
+# counting only the token-mixing layers (the feed-forward layers cost the same in all
+# three; RWKV's state here is its time-mixing state):
 
 # %%
 costs = decoding_costs([4096, 131072], d_model=1024, n_layers=24, n_heads=16)

@@ -92,11 +92,13 @@ async def test_mutant_loses_exactly_the_points_of_what_it_breaks(check, save, no
             assert scores[name] == points, (name, scores)
     lost = sum(AUTO_POINTS[b] - scores[b] for b in mutant.breaks)
     assert answer["score"] == pytest.approx(11.0 - lost)
-    # The mistake is named: as the diagnosis at the top of the exercise (its checks then
-    # carry no hint of their own), or as the pitfall of a check no diagnosis explains.
-    named = {c["pitfall"] for e in answer["exercises"] for c in e["checks"]}
-    named |= {d for e in answer["exercises"] for d in e["diagnoses"]}
-    assert any(mutant.pitfall.lower() in (text or "").lower() for text in named), named
+    # The mistake is named: explained by the diagnosis at the top of the exercise (its
+    # checks then carry no hint of their own), or as the pitfall of a check no diagnosis
+    # explains.
+    diagnoses = [d for e in answer["exercises"] for d in e["diagnoses"]]
+    pitfalls = [c["pitfall"] for e in answer["exercises"] for c in e["checks"]]
+    assert (any(mutant.explanation in d for d in diagnoses)
+            or mutant.pitfall in pitfalls), (diagnoses, pitfalls)
 
 
 async def test_the_course_outline_keeps_what_to_fix_first(check, save, notebooks, jp_fetch):
