@@ -177,7 +177,7 @@ online_softmax_stepper()
 # ```
 # m = -inf, l = 0, acc = 0                        (per query row)
 # for each tile of block_k keys:
-#     S   = Q_tile K_tile^T * scale                (block_q x block_k: the largest tensor)
+#     S   = Q_tile K_tile^T * scale                (block_q x block_k: the largest score tensor)
 #     mask S (causal) with -inf
 #     m'  = max(m, rowmax(S));  P~ = exp(S - m')
 #     alpha = exp(m - m');  l = alpha l + rowsum(P~);  acc = alpha acc + P~ V_tile;  m = m'
@@ -861,8 +861,8 @@ for name, a, t in zip(("dq", "dk", "dv"), mine, (q, k, v)):
 # * The online softmax keeps a running max $m$ and sum $\ell$, rescaling $\ell$ by
 #   $e^{m - m'}$ whenever the max grows; FlashAttention rescales the output accumulator by
 #   the same factor and divides by $\ell$ once at the end.
-# * Working tile by tile, the largest tensor is `block_q x block_k`: $O(N)$ extra memory,
-#   and the result is exact, not an approximation. The forward costs $4BHN^2d$ FLOPs,
+# * Working tile by tile, the largest score tensor is one `block_q x block_k` tile: $O(N)$
+#   extra memory, and the result is exact, not an approximation. The forward costs $4BHN^2d$ FLOPs,
 #   half with a causal mask, whose future tiles are skipped.
 # * The saved logsumexp $L = m + \log \ell$ lets the backward pass recompute
 #   $P = e^{S - L}$ tile by tile; with $D = \mathrm{rowsum}(dO \circ O)$ the softmax's
