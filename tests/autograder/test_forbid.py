@@ -19,6 +19,7 @@ from safetensors.torch import save_file
 import toolkit.models  # noqa: F401 - loaded, so its alias of apply_rope exists
 import toolkit.position
 from autograder import kernel_side, protocol
+from autograder.assignment_spec import AssignmentSpec
 
 STUDENT = """
 import torch
@@ -145,8 +146,6 @@ def test_places_are_found_once_and_again_after_an_import(bridge, tmp_path):
 ])
 def test_hugging_face_helpers_of_02_trip(bridge, tmp_path, code, expected):
     """02's forbid list covers the Hugging Face functions that return an exercise's answer."""
-    from autograder.assignment_spec import AssignmentSpec
-
     forbid = AssignmentSpec.load("02-positional").forbid
     exec(code, bridge.ns)
     reply = _call(bridge, tmp_path, "shortcut", forbid)

@@ -1,7 +1,6 @@
 """Nothing is lost when grading is interrupted, and the same grading runs on Dask."""
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import pytest
 
 from autograder import report
 from autograder.grade import grade
+from autograder.sandbox import bwrap_path
 from autograder.submissions import make_class, write_submissions
 
 pytestmark = pytest.mark.slow
@@ -208,13 +208,7 @@ def test_grading_through_a_dask_cluster(tiny_course, dask_cluster):
     assert records["dask-mutant"]["score"] < 2.0
 
 
-def _bwrap_can_hide_a_folder() -> bool:
-    return shutil.which("bwrap") is not None and subprocess.run(
-        ["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/tmp", "true"],
-        capture_output=True).returncode == 0
-
-
-@pytest.mark.skipif(not _bwrap_can_hide_a_folder(), reason="bubblewrap hides the course here")
+@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap hides the course here")
 def test_a_worker_that_cannot_see_the_course_costs_no_student_anything(tiny_course,
                                                                        dask_cluster_in):
     """A Dask worker on a machine without the grader's files (here: one whose view of the
@@ -224,7 +218,7 @@ def test_a_worker_that_cannot_see_the_course_costs_no_student_anything(tiny_cour
     course = tiny_course
     spec = course.spec("00-tiny")
     write_submissions(course, spec, {"blind": make_class(course, spec)["reference"]})
-    blind = ["bwrap", "--dev-bind", "/", "/", "--tmpfs", str(course.root.parent)]
+    blind = [bwrap_path(), "--dev-bind", "/", "/", "--tmpfs", str(course.root.parent)]
     with dask_cluster_in(workers=1, wrap=blind) as address:
         with pytest.raises(CourseError, match="cannot see .*same paths as the grader"):
             grade(course, "00-tiny", students=["blind"], scheduler=address, progress=False,
