@@ -27,8 +27,9 @@
 # 1. attention as a soft lookup, and why the scores are divided by $\sqrt{d_k}$;
 # 2. masks, and the two conventions for them that you will meet in other code;
 # 3. why attention alone cannot tell word order;
-# 4. the three families (encoder-only, decoder-only, encoder-decoder) run side by side;
-# 5. reading: how the families came to be, and in-context learning.
+# 4. many heads, and what attention costs in time and memory;
+# 5. the three families (encoder-only, decoder-only, encoder-decoder) run side by side;
+# 6. reading: how the families came to be, and in-context learning.
 
 # %%
 # %matplotlib inline
@@ -112,8 +113,9 @@ for factor in (0.0, 1.0, 10.0):
 #
 # If the entries of $q$ and $k$ are independent with mean 0 and variance 1, then
 # $q\cdot k = \sum_{i=1}^{d_k} q_i k_i$ is a sum of $d_k$ terms of variance 1: its variance is
-# $d_k$. With $d_k = 64$ scores are typically $\pm 8$ and the softmax is close to one-hot
-# for any random input; its gradients almost vanish, and training stalls. Dividing by
+# $d_k$. With $d_k = 64$ scores are typically $\pm 8$ and each row of the softmax is
+# dominated by one or two keys; where a row saturates, its gradients almost vanish and
+# training stalls. Dividing by
 # $\sqrt{d_k}$ brings the variance back to 1 (arXiv 1706.03762, section 3.2.1).
 #
 # **Try it.** How large is the standard deviation of the raw scores for $d_k = 64$? And

@@ -111,9 +111,11 @@ with torch.no_grad():
 # %% [markdown]
 # Because the Pre-LN stream is never renormalised inside the stack it grows with depth,
 # hence the one **final norm** before the output head. Post-LN renormalises after every
-# block instead, and pays for it at initialisation: its gradients are largest near the
-# output (arXiv 2002.04745), which is why deep Post-LN models need a learning-rate
-# warm-up. The explorer shows both at initialisation; the assignment trains them.
+# block instead, and pays for it at initialisation: its gradients are larger than
+# Pre-LN's, the more so the deeper the stack, and Xiong et al.'s analysis puts the
+# largest near the output (arXiv 2002.04745), which is why deep Post-LN models need a
+# learning-rate warm-up. The explorer shows both at initialisation; the assignment trains
+# them.
 
 # %%
 layer_scale_explorer()

@@ -138,8 +138,8 @@ _ = torch.manual_seed(0)  # reproducible examples
 #   $\sqrt{\sigma^2} + \epsilon$. For ordinary activations the two agree to many digits,
 #   but for small ones they do not: with $\sigma^2 = 10^{-6}$ and $\epsilon = 10^{-2}$,
 #   $\sqrt{\sigma^2 + \epsilon} = 0.100$ while $\sqrt{\sigma^2} + \epsilon = 0.011$.
-# * **Half precision.** In fp16, squaring a value above 256 overflows (the largest fp16
-#   number is 65504). RMSNorm therefore computes its statistic in float32 when the input is
+# * **Half precision.** In fp16, squaring a value of 256 or more overflows ($256^2$ is
+#   past the largest fp16 number, 65504). RMSNorm therefore computes its statistic in float32 when the input is
 #   fp16 or bf16, and casts the result back (as Hugging Face's LLaMA does). Other dtypes are
 #   computed as they come.
 #
@@ -250,8 +250,9 @@ assert torch.allclose(out, ref(x), atol=1e-8), (
     "last axis, biased variance, eps inside the square root, then * weight + bias")
 ref = nn.RMSNorm(8, eps=1e-6).double()
 ref.load_state_dict(rms.state_dict())
-assert torch.allclose(rms(x), ref(x), atol=1e-8), (
-    "RMSNorm differs from torch.nn.RMSNorm: x / sqrt(mean(x^2) over the last axis + eps) * weight")
+assert torch.allclose(rms(x), ref(x), atol=1e-10, rtol=1e-8), (
+    "RMSNorm differs from torch.nn.RMSNorm: x / sqrt(mean(x^2) over the last axis + eps) * weight"
+    " (and a float64 input is computed in float64: only fp16 and bf16 go through float32)")
 
 # Tiny activations and a large eps: eps must sit inside the square root.
 tiny = x * 1e-3
@@ -292,7 +293,7 @@ print("✓ norms pass the visible checks")
 # |---|---|---|
 # | GLU | sigmoid | the original (arXiv 1612.08083) |
 # | ReGLU | ReLU | |
-# | GEGLU | GELU | T5 v1.1, Gemma |
+# | GEGLU | GELU | T5 v1.1, Gemma (both with the tanh approximation, `activation="gelu_tanh"`) |
 # | **SwiGLU** | SiLU (Swish), $z\,\sigma(z)$ | PaLM, LLaMA, Mistral |
 #
 # The gate goes on the `gate_proj` branch only; `up_proj` carries the value it lets
@@ -620,6 +621,21 @@ assert torch.allclose(out, expected, atol=1e-5), (
     "your PreLNBlock differs from nn.TransformerEncoderLayer(norm_first=True) with the same "
     "weights: x = x + dropout1(self_attn(norm1(x), mask=mask)); x = x + dropout2(ffn(norm2(x)))")
 
+# A key-padding mask (True = may attend) reaches the attention: the last two keys of the
+# second sequence are padding. PyTorch's layer takes the opposite convention (True = ignore).
+padding = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, None, :]
+try:
+    with torch.no_grad():
+        masked = block(x, mask=padding)
+except RuntimeError as error:
+    raise AssertionError(f"PreLNBlock(x, mask=padding) failed ({error}): self_attn's second "
+                         "positional argument is x_kv, so pass the mask by name, mask=mask") from None
+with torch.no_grad():
+    expected_masked = ref(x, src_key_padding_mask=~padding[:, 0, 0])
+assert torch.allclose(masked, expected_masked, atol=1e-5), (
+    "with a padding mask your PreLNBlock differs from PyTorch's layer: pass mask=mask on to "
+    "self.self_attn")
+
 # With every sub-layer's output projection zeroed, a Pre-LN block is exactly the identity.
 with torch.no_grad():
     for linear in (block.self_attn.out_proj, block.ffn.fc2):
@@ -628,6 +644,7 @@ with torch.no_grad():
     assert torch.equal(block(x), x), (
         "a Pre-LN block whose sub-layers output zeros must return x unchanged: do not "
         "normalise the residual stream itself")
+
 
 stack = EncoderStack(3, 16, 4, norm_first=True)
 assert isinstance(stack.final_norm, LayerNorm), "a Pre-LN stack ends with make_norm(...)"
@@ -688,9 +705,9 @@ display(Image(figure_to_png(plot_warmup_runs(runs, warmup_steps=WARMUP_STEPS))))
 # 0.40 and Pre-LN with warm-up 0.37. So at this learning rate the Post-LN stack only trains
 # when the learning rate ramps up first, and even then it ends worse than Pre-LN, while the
 # Pre-LN stack trains from the first step and the warm-up hardly matters. The explorer
-# shows why: at initialisation Post-LN's gradients are larger than Pre-LN's and grow towards
-# the output, so Adam's first full-size steps move the last blocks far and the model gets
-# stuck; warm-up keeps those first steps small until the optimiser's statistics settle. In
+# shows why: at initialisation Post-LN's gradients are larger than Pre-LN's (and, at width
+# 64, grow towards the output), so Adam's first full-size steps move the blocks far and
+# the model gets stuck; warm-up keeps those first steps small until the optimiser's statistics settle. In
 # Pre-LN the identity path carries the gradient to every block unchanged, the per-block
 # gradients are similar and smaller, and no warm-up is needed (arXiv 2002.04745).
 #
@@ -1193,12 +1210,15 @@ temperature_explorer(fns={"soft_target_loss": soft_target_loss})
 #
 # **How part 7 is scored.** The grader loads `mlm.safetensors` into your `TinyBert`, feeds
 # it 128 validation pairs masked with a fixed seed (`evaluation_batch` below), and measures
-# the **masked-word accuracy**: the share of selected positions where the model's top
-# prediction is the original word. Points scale linearly, in steps of 10%, between:
+# the **masked-word accuracy**: the share of `[MASK]` positions where the model's top
+# prediction is the original word. (The selected tokens left unchanged are not scored: a
+# model could copy those from its input without reading any context.) Points scale
+# linearly, in steps of 10%, between:
 #
 # * the **unigram baseline** (0 points): always predicting the training text's most
-#   frequent word (`,`), the best one can do without context: about 4.7%;
-# * the **target** (full points): 10%. The default run below gets well above it.
+#   frequent word (`,`), the best one can do without context: about 4.5%;
+# * the **target** (full points): 9%, twice the baseline. The default run below gets
+#   about 13%.
 #
 # A checkpoint earns nothing if it does not load into your `TinyBert`, has another
 # vocabulary, more than 4M parameters, or an implausible accuracy above 60% (only a model
@@ -1206,7 +1226,7 @@ temperature_explorer(fns={"soft_target_loss": soft_target_loss})
 
 # %% nbgrader={"grade": false, "grade_id": "tiny_bert", "locked": true, "schema_version": 3, "solution": false}
 CHECKPOINT = "mlm.safetensors"
-TARGET_ACCURACY, IMPLAUSIBLE_ACCURACY = 0.10, 0.60
+TARGET_ACCURACY, IMPLAUSIBLE_ACCURACY = 0.09, 0.60
 
 
 class MLMHead(nn.Module):

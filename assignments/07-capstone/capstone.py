@@ -133,7 +133,7 @@ print(demo_config.position_type, demo_config.norm_type, demo_config.mlp_type,
 #
 # Generating text is a loop: run the model, pick the next token, append it, repeat. Without
 # a cache, step $t$ re-runs the whole prefix: $O(t^2 d)$ attention work plus $O(t d^2)$ for
-# the projections, so a sequence of $n$ tokens costs $O(n^3)$ overall. But the keys and
+# the projections, so a sequence of $n$ tokens costs $O(n^3 d + n^2 d^2)$ overall. But the keys and
 # values of earlier tokens never change (a causal model never lets a token see the future,
 # so later tokens cannot alter them). So we keep them: the **KV cache** stores, for each
 # layer, the keys and values of every position processed so far, and a decoding step only
@@ -620,7 +620,7 @@ print(f"GPT: visible checks passed ({count_parameters(model):,} parameters)")
 #    top token has nothing before it, so it is always kept: the set is **never empty**,
 #    however small $p$ is. (The tempting `cumsum(probs) <= p` drops the top token whenever
 #    its own probability exceeds $p$, and then there is nothing left to sample from.)
-#    $p \ge 1$ keeps everything.
+#    $p = 1$ keeps everything.
 #
 # The helper `_sort_desc` sorts descending and keeps ties in ascending token order.
 #
@@ -670,7 +670,7 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
 
     The token at rank ``r`` is kept iff the probability mass of the tokens ranked before it
     is ``< p``; the top token is therefore always kept. ``p`` must be in ``(0, 1]``
-    (else ``ValueError``); ``p >= 1`` returns ``logits`` unchanged.
+    (else ``ValueError``); ``p = 1`` returns ``logits`` unchanged.
 
     Shapes: ``(..., V)`` -> ``(..., V)``. Hints: ``_sort_desc``, ``torch.softmax``,
     ``torch.cumsum``, and ``scatter`` to bring the sorted decision back to token order.
@@ -965,7 +965,7 @@ print("train_step: visible checks passed")
 #   a uniform guess scores $\ln 256 = 5.545$ and an untrained model about 5.2 to 5.3.
 # * **target** $L_1 = 2.5$, full points: the model must use context. The default run
 #   below gets well under it (about 1.6), and so does a model a seventh of its size
-#   trained for 300 steps (about 2.2).
+#   trained for 300 steps at a peak learning rate of $10^{-2}$ (about 2.2).
 #
 # Checks on the checkpoint, where each failure costs all of part 7's points:
 #

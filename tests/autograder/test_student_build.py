@@ -73,7 +73,8 @@ PROBE = textwrap.dedent("""
         default_masking = "ran"
     except NotImplementedError as error:
         default_masking = str(error)
-    own = evaluation_batch(corpus, n=2, mask_fn=lambda ids, s, m, v, generator=None: (ids, ids))
+    own = evaluation_batch(corpus, n=2, mask_fn=lambda ids, s, m, v, generator=None: (
+        torch.full_like(ids, m), ids))
     own_masking = bool(torch.equal(own["labels"], corpus.val_ids[:2]))
     print(json.dumps({"toolkit": toolkit.__file__, "stub": stub, "shown": shown,
                       "default_masking": default_masking, "own_masking": own_masking}))

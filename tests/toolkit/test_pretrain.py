@@ -57,8 +57,12 @@ def test_corpus_pairs_and_evaluation_batch(corpus):
     assert torch.equal(corpus.train_ids[0, 32:62], corpus.train_ids[1, 1:31])
     batch = evaluation_batch(corpus)
     assert torch.equal(batch["labels"], evaluation_batch(corpus)["labels"])  # fixed seed
-    selected = batch["labels"] != IGNORE_INDEX
-    assert 0.1 < selected.float().mean() < 0.2
+    scored = batch["labels"] != IGNORE_INDEX
+    assert 0.07 < scored.float().mean() < 0.15  # 80% of the 15% selected
+    # Only what [MASK] hides is scored: an unchanged token could be copied from the input.
+    assert (batch["input_ids"][scored] == corpus.vocab.mask_id).all()
+    assert (batch["input_ids"][~scored] != corpus.vocab.mask_id).all()
+    assert torch.equal(batch["labels"][scored], corpus.val_ids[:128][scored])
     baseline = unigram_accuracy(corpus.train_stream, batch["labels"])
     assert 0.02 < baseline < 0.08  # the most frequent word, ',', is about 5% of the text
 
@@ -77,7 +81,7 @@ def test_tiny_encoder_beats_the_unigram_baseline(corpus, teacher):
     batch = evaluation_batch(corpus)
     baseline = unigram_accuracy(corpus.train_stream, batch["labels"])
     accuracy = evaluate(teacher, batch)
-    assert accuracy > 2 * baseline, (accuracy, baseline)
+    assert accuracy > 1.5 * baseline, (accuracy, baseline)  # 300 steps: about 2.2x
 
 
 def test_distilled_student_keeps_the_teacher_s_skill(corpus, teacher):
@@ -87,7 +91,7 @@ def test_distilled_student_keeps_the_teacher_s_skill(corpus, teacher):
     student = student_from_teacher(teacher)
     losses = distill(teacher, student, corpus, 80, alpha_soft=1.0, alpha_hard=0.0)
     assert sum(losses[-10:]) < sum(losses[:10])  # it learns from the soft targets
-    assert evaluate(student, batch) > 2 * baseline
+    assert evaluate(student, batch) > 1.5 * baseline
 
 
 def test_student_from_teacher_keeps_every_other_block(teacher):

@@ -122,6 +122,21 @@ def test_permutation_outputs_equivariant_only_without_positions():
         A.permutation_outputs([0, 0, 1, 2, 3, 4])
 
 
+def test_a_float32_attention_of_a_student_gets_the_right_verdict():
+    """An attention that computes in float32 (the notebook default) neither breaks the
+    float64 demo nor turns rounding at 1e-7 into "order matters"."""
+    from toolkit.attention import scaled_dot_product_attention
+
+    def in_float32(q, k, v, **kwargs):
+        return scaled_dot_product_attention(q.float(), k.float(), v.float(), **kwargs)
+
+    fns = {"scaled_dot_product_attention": in_float32}
+    assert 0 < A.permutation_outputs(fns=fns)["gap"] < 1e-5
+    assert "equal: order is invisible" in A.plot_permutation(fns=fns)._suptitle.get_text()
+    with_positions = A.plot_permutation(with_positions=True, fns=fns)._suptitle.get_text()
+    assert "order matters" in with_positions
+
+
 def test_permutation_outputs_leave_global_rng_alone():
     torch.manual_seed(123)
     expected = torch.rand(3)

@@ -97,6 +97,10 @@ def test_memory_horizon_and_impulse_response():
         S.memory_horizon(0.1, 1.0)
     traces = S.selective_forgetting(0.05, a=0.5, reset_at=20)
     assert traces["selective"][25] < 0.1 * traces["lti"][25]  # the large step wiped the pulse
+    # Even for the slider's smallest |A| the reset step keeps at most 1% of the state.
+    traces = S.selective_forgetting(0.05, a=0.01, reset_at=20)
+    kept = traces["selective"][20] / traces["lti"][20]
+    assert traces["reset_delta"] > 400 and kept <= 0.0101, kept
     render(S.plot_ssm_kernel(0.2, 0.3))
     render(S.plot_ssm_kernel(0.2, 0.3, fns={"discretize_zoh": discretize_simplified}))
 

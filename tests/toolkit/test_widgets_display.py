@@ -39,3 +39,19 @@ def test_without_a_note_there_is_no_note_widget():
     box = live_figure({"n": w.IntSlider()}, lambda n: Figure(figsize=(1, 1)))
     assert [type(c) for c in box.children] == [w.HBox, w.Image, w.HTML]
     assert box.children[2].layout.display == "none"  # says what is missing, when something is
+
+
+def test_settings_a_function_refuses_are_explained_and_the_next_ones_draw():
+    def draw(n):
+        if n > 3:
+            raise ValueError(f"n={n} is more than the 3 blocks there are")
+        return Figure(figsize=(1, 1))
+
+    slider = w.IntSlider(value=1, min=0, max=5)
+    box = live_figure({"n": slider}, draw)
+    image, message = box.children[1], box.children[2]
+    slider.value = 5  # a ValueError: no traceback, the reason in the image's place
+    assert image.layout.display == "none" and message.layout.display is None
+    assert "cannot be drawn" in message.value and "n=5 is more than the 3 blocks" in message.value
+    slider.value = 2
+    assert image.layout.display is None and message.layout.display == "none"

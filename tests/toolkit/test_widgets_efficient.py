@@ -45,6 +45,15 @@ def test_gallery_titles_carry_exact_counts():
     assert any("22 cells" in t for t in titles)
 
 
+def test_gallery_draws_at_the_corners_of_its_sliders():
+    """The shortest sequence (8 tokens, 2 blocks) with the most random blocks (4) draws:
+    BigBird gets as many random blocks as there are, and says so in its title."""
+    masks = E.gallery_masks(n=8, window=16, dilation=6, n_global=4, n_random_blocks=4)
+    assert "BigBird (block 4, 2 random)" in masks
+    render(E.plot_mask_gallery(n=8, window=16, dilation=6, n_global=4, n_random_blocks=4))
+    render(E.plot_mask_gallery(n=64, window=1, dilation=1, n_global=0, n_random_blocks=0))
+
+
 def test_kv_cache_comparison_presets():
     rows = {r["name"]: r for r in E.kv_cache_comparison("LLaMA-2 70B", 4096)}
     assert rows["GQA (8 KV heads)"]["bytes"] == 1_342_177_280 and rows["GQA (8 KV heads)"]["actual"]
@@ -53,6 +62,10 @@ def test_kv_cache_comparison_presets():
     assert ds["MLA"]["bytes"] == 69_120 and ds["MLA"]["actual"]
     mistral = E.kv_cache_comparison("Mistral 7B", 1)
     assert mistral[1]["bytes"] == 2 * 32 * 8 * 128 * 2
+    # Its 4096-token window: a rolling buffer, the same size at 4096 and at 131,072 tokens.
+    long, window = (E.kv_cache_comparison("Mistral 7B", n) for n in (131_072, 4096))
+    assert [r["bytes"] for r in long] == [r["bytes"] for r in window]
+    assert long[1]["bytes"] == 2 * 32 * 8 * 128 * 4096 * 2 and long[1]["cached_tokens"] == 4096
     with pytest.raises(ValueError, match="preset"):
         E.kv_cache_comparison("GPT-5")
 

@@ -44,9 +44,13 @@ def check_token_ids(name: str, ids: Tensor, dims: int | None = None) -> None:
 
 
 def check_mlm_probabilities(mlm_probability, mask_replace_prob, random_replace_prob) -> None:
-    """BERT's masking rates: each in ``[0, 1]`` and ``mask + random <= 1`` (the rest stay)."""
+    """BERT's masking rates: each in ``[0, 1]`` and ``mask + random <= 1`` (the rest stay).
+
+    The sum is compared with a little slack, as Hugging Face's collator does: in floating
+    point 1 - 0.8 is 0.19999999999999996, and (0.8, 0.2) must pass."""
     if not (0 <= mlm_probability <= 1 and 0 <= mask_replace_prob <= 1
-            and 0 <= random_replace_prob <= 1 - mask_replace_prob):
+            and 0 <= random_replace_prob <= 1
+            and mask_replace_prob + random_replace_prob <= 1 + 1e-9):
         raise ValueError("probabilities must lie in [0, 1], with mask_replace_prob + "
                          f"random_replace_prob <= 1; got mlm_probability={mlm_probability}, "
                          f"mask_replace_prob={mask_replace_prob}, "

@@ -69,7 +69,7 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
 
     Token at rank ``r`` is kept iff the probability mass of the tokens ranked
     *before* it is ``< p``. The top token has nothing before it (mass 0 < p), so it
-    is always kept and the result is never empty. ``p >= 1`` keeps everything.
+    is always kept and the result is never empty. ``p = 1`` keeps everything.
 
     Shapes: ``(..., V)`` -> ``(..., V)``.
     """

@@ -209,6 +209,14 @@ def unwritten_html(message: str) -> str:
     return f'<div style="padding:4px 10px;border-left:3px solid #d9a400">&#9208; {text}</div>'
 
 
+def refused_html(message: str) -> str:
+    """A ``ValueError`` raised while drawing, as one line of HTML: the function refused
+    these slider settings (the message says why); moving a slider draws again."""
+    text = html.escape(message, quote=False)
+    return ('<div style="padding:4px 10px;border-left:3px solid #c0392b">'
+            f"These settings cannot be drawn: {text}</div>")
+
+
 def reports_unwritten(toolkit: Mapping[str, Callable]):
     """Decorator for a builder that computes before :func:`live_figure` (or without it):
     a stub's ``NotImplementedError`` while building becomes one line of HTML that names the
@@ -286,6 +294,10 @@ def live_figure(
             if message is None:
                 raise
             unwritten.value, text.value = unwritten_html(message), ""
+            image.layout.display, unwritten.layout.display = "none", None
+            return
+        except ValueError as error:  # settings the function refuses: say why, keep the sliders
+            unwritten.value, text.value = refused_html(str(error)), ""
             image.layout.display, unwritten.layout.display = "none", None
             return
         image.value, text.value, unwritten.value = png, caption, ""

@@ -3,18 +3,19 @@
 The student hands in ``mlm.safetensors`` (written by ``toolkit.pretrain.save_bert`` in the
 notebook's training section, which grading does not run). The grader copies it into the
 sandbox's working directory; the code below loads it into the student's *own*
-``TinyBert`` there and returns the MLM logits at the selected positions of 128 validation
-pairs masked with a fixed seed (:func:`toolkit.pretrain.evaluation_batch`), which this
-process supplies. The original words at those positions never leave this process; the
-accuracy is computed here.
+``TinyBert`` there and returns the MLM logits at the ``[MASK]`` positions of 128
+validation pairs masked with a fixed seed (:func:`toolkit.pretrain.evaluation_batch`),
+which this process supplies. The original words at those positions never leave this
+process; the accuracy is computed here. Selected tokens left unchanged are not scored: a
+model could copy them without reading any context.
 
 Scoring: points scale linearly with the masked-word accuracy ``A`` between
 
 * the **unigram baseline**, 0 points: always predicting the most frequent word of the
-  training text (``,``), the best a model without context can do: about 4.7%;
-* ``TARGET_ACCURACY = 0.10``, full points (the notebook's default run, two blocks and
-  600 steps, gets about 0.18; the one-block, 250-step run of ``prepare_submission.py``
-  about 0.13),
+  training text (``,``), the best a model without context can do: about 4.5%;
+* ``TARGET_ACCURACY = 0.09``, twice that, full points (the notebook's default run, two
+  blocks and 600 steps, gets about 0.13; the one-block, 250-step run of
+  ``prepare_submission.py`` about 0.10),
 
 as ten checks, one per 10% step: check ``i`` passes when
 ``A >= baseline + (i / 10) (target - baseline)``. Every step also requires a sound
@@ -38,7 +39,7 @@ from toolkit.pretrain import evaluation_batch, load_mlm_corpus, masked_accuracy,
 
 pytestmark = pytest.mark.grade_cell("test_checkpoint")
 
-TARGET_ACCURACY = 0.10
+TARGET_ACCURACY = 0.09
 IMPLAUSIBLE_ACCURACY = 0.60
 MAX_PARAMETERS = 4_000_000
 STEPS = 10

@@ -4,7 +4,7 @@ The student's function runs in their kernel on thousands of sequences with a see
 generator. Every rate is then compared here with what the recipe promises, within five
 binomial standard deviations: ``|count - n p| <= 5 sqrt(n p (1 - p))``. A correct
 implementation fails such a check with probability below one in a million, whatever its
-order of random draws; a wrong rate (masking unselected tokens, 5% random instead of 10%)
+order of random draws; a wrong rate (masking unselected tokens, 2% random instead of 10%)
 misses by dozens of deviations. Exact facts (labels, untouched tokens, special tokens,
 the input left unmodified, reproducibility) are checked exactly.
 """
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.grade_cell("test_mask_tokens")
 LABELS = "MLM labels not -100 on unselected positions"
 ALL = "80/10/10 applied to all tokens instead of the selected 15%"
 SPECIAL = "Special tokens can be selected for masking"
-RANDOM = "Random replacements drawn with 10% of the unmasked 20% (5% overall)"
+RANDOM = "Random replacements drawn with 10% of the unmasked 20% (2% of the selected)"
 
 V, MASK, PAD, UNK, CLS, SEP = 60, 4, 0, 1, 2, 3
 SPECIALS = [0, 1, 2, 3, 4]
@@ -111,6 +111,35 @@ def test_special_tokens_never_selected(submission):
                            "(probability.masked_fill_(special, 0))")
 
 
+@pytest.mark.pitfall(SPECIAL)
+def test_special_ids_and_mask_id_come_from_the_arguments(submission):
+    """Another vocabulary layout: special ids [0, 7, 9] and [MASK] = 9, so ids 1 to 4 are
+    ordinary words here (nothing about the course vocabulary may be hard-coded)."""
+    g = torch.Generator().manual_seed(13)
+    ids = torch.randint(1, V, (2000, 24), generator=g)
+    ids[(ids == 7) | (ids == 9)] = 8
+    ids[:, 0], ids[:, -1], ids[::5, 12] = 7, 0, 9
+    specials, mask_id = [0, 7, 9], 9
+    got = submission.run(RUN, ids=ids, mask_seed=14, specials=specials, mask_id=mask_id,
+                         vocab_size=V, probs=[0.15, 0.8, 0.1])
+    if not isinstance(got, tuple) or len(got) != 3:
+        raise CheckFailure("mask_tokens should return a pair (inputs, labels)")
+    inputs = expect_tensor(got[0], shape=tuple(ids.shape), name="inputs")
+    labels = expect_tensor(got[1], shape=tuple(ids.shape), name="labels")
+    selected = labels != -100
+    if selected[torch.isin(ids, torch.tensor(specials))].any():
+        raise CheckFailure("with special_ids=[0, 7, 9], a token with one of those ids was "
+                           "selected: take the special ids from the argument")
+    if not selected[(ids >= 1) & (ids <= 4)].any():
+        raise CheckFailure("with special_ids=[0, 7, 9], ids 1 to 4 are ordinary words but none "
+                           "was ever selected: take the special ids from the argument, not the "
+                           "course vocabulary's")
+    n = int(selected.sum())
+    _within(int((inputs[selected] == mask_id).sum()), n, 0.8 + 0.1 / V,
+            "selected tokens that became [MASK] (mask_token_id=9 here)",
+            "write mask_token_id, the argument, not the course vocabulary's [MASK] id")
+
+
 @pytest.mark.weight(2)
 @pytest.mark.pitfall(ALL)
 @pytest.mark.property
@@ -133,7 +162,7 @@ def test_unselected_tokens_untouched(submission):
 @pytest.mark.weight(3)
 @pytest.mark.pitfall(RANDOM)
 def test_80_10_10(submission):
-    """Of the selected tokens: 80% [MASK], 10% a random id, 10% unchanged (over ~8,000)."""
+    """Of the selected tokens: 80% [MASK], 10% a random id, 10% unchanged (over ~7,000)."""
     ids = _batch(seed=6)
     inputs, labels = _mask(submission, ids, seed=7)
     selected = labels != -100
@@ -171,7 +200,7 @@ def test_random_ids_are_uniform_over_the_vocabulary(submission):
                            f"{(V - 1) / 2}: use torch.randint(vocab_size, ...)")
     counts = torch.bincount(new, minlength=V).double()
     if (counts == 0).any():
-        raise CheckFailure("some vocabulary ids never appear among ~10,000 random replacements: "
+        raise CheckFailure("some vocabulary ids never appear among ~28,000 random replacements: "
                            "draw them uniformly from the whole vocabulary")
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.protocol import SubmissionError
 from toolkit.norm import LayerNorm, RMSNorm
 from toolkit.residual import EncoderStack, PostLNBlock, PreLNBlock
 
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.grade_cell("test_pre_ln_block")
 POST = "Post-LN where Pre-LN was asked"
 STREAM = "Pre-LN that normalises the residual stream itself"
 FINAL = "Pre-LN stack without the final norm"
+CONFIG = "Final norm fixed instead of built from the stack's norm and eps"
 D, H, FF = 16, 4, 32
 INIT = {"d_model": D, "n_heads": H, "d_ff": FF}
 TOL = dict(atol=2e-5, rtol=1e-4)  # float32 modules
@@ -72,7 +74,14 @@ def test_block_passes_the_mask(submission):
     ref = _reference(PreLNBlock, D, H, FF, seed=3)
     x = _randn(2, 6, D, seed=4)
     mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, None, :]
-    got = submission.module("PreLNBlock", x, init=INIT, state=_state(ref), mask=mask)
+    try:
+        got = submission.module("PreLNBlock", x, init=INIT, state=_state(ref), mask=mask)
+    except SubmissionError as exc:
+        if "Bool" in str(exc) and "self_attn" in str(exc):
+            raise CheckFailure("the mask reached self_attn as its second positional argument, "
+                               "which is x_kv (the keys and values): pass it by name, "
+                               "self.self_attn(..., mask=mask)") from None
+        raise
     with torch.no_grad():
         assert_close(got, ref(x, mask=mask), **TOL, name="PreLNBlock(x, mask=padding)",
                      hint="pass mask=mask to self.self_attn")
@@ -95,6 +104,36 @@ def test_identity_path(submission):
         raise CheckFailure("with sub-layers that output zeros, a Pre-LN block must return its "
                            "input unchanged: the residual stream is never normalised, only each "
                            "sub-layer's *input* (x + F(norm(x)), not norm(x) + F(norm(x)))")
+
+
+def test_dropout_on_each_sublayer_output(submission):
+    """In training, dropout acts on each sub-layer's output before the addition: the same
+    weights and the same random seed give the reference's output exactly."""
+    ref = _reference(PreLNBlock, D, H, FF, dropout=0.3, seed=15)
+    x = _randn(2, 4, D, seed=16)
+    code = ("import torch as _torch\n"
+            "_block = PreLNBlock(**inputs['init'])\n"
+            "_load_exercise_state(_block, inputs['state'])\n"
+            "_block.train()\n"
+            "_torch.manual_seed(inputs['dropout_seed'])\n"
+            "result = _block(inputs['x'])\n")
+    got = expect_tensor(submission.run(code, init={**INIT, "dropout": 0.3}, state=_state(ref),
+                                       x=x, dropout_seed=17),
+                        shape=x.shape, name="PreLNBlock(dropout=0.3) in training mode")
+    with torch.no_grad():
+        ref.train()
+        torch.manual_seed(17)
+        expected = ref(x)
+        ref.eval()
+        without_dropout = ref(x)
+    if torch.allclose(got.detach(), without_dropout, **TOL):
+        raise CheckFailure("in training mode with dropout=0.3 your block gives the output of "
+                           "evaluation mode: apply self.dropout1 to the attention's output and "
+                           "self.dropout2 to the FFN's, before adding them to x")
+    assert_close(got.detach(), expected, **TOL, name="PreLNBlock(dropout=0.3) in training mode",
+                 hint="x = x + dropout1(self_attn(norm1(x), mask=mask)); "
+                      "x = x + dropout2(ffn(norm2(x))): dropout on each sub-layer's output, "
+                      "never on the sum")
 
 
 def test_rmsnorm_swiglu_block(submission):
@@ -134,6 +173,29 @@ def test_pre_ln_stack_ends_with_a_norm(submission):
                  hint="run every block, then self.final_norm")
 
 
+@pytest.mark.pitfall(CONFIG)
+def test_llama_stack_final_norm_follows_the_config(submission):
+    """EncoderStack(norm='rmsnorm', ffn='swiglu', eps=0.5): the final norm is an RMSNorm with
+    the stack's eps, like every norm inside the blocks."""
+    init = {"n_layers": 2, **INIT, "norm_first": True, "norm": "rmsnorm", "ffn": "swiglu",
+            "eps": 0.5}
+    ref = _reference(EncoderStack, 2, D, H, FF, norm_first=True, norm="rmsnorm", ffn="swiglu",
+                     eps=0.5, seed=13)
+    x = _randn(2, 5, D, seed=14)
+    try:
+        got = submission.module("EncoderStack", x, init=init, state=_state(ref))
+    except Exception as exc:
+        if "final_norm" in str(exc) and "layers." not in str(exc):
+            raise CheckFailure("with norm='rmsnorm' the stack's final_norm has other parameters "
+                               "than an RMSNorm: build it with make_norm(norm, d_model, eps)"
+                               ) from None
+        raise
+    with torch.no_grad():
+        assert_close(got, ref(x), **TOL, name="EncoderStack(norm='rmsnorm', eps=0.5)(x)",
+                     hint="final_norm = make_norm(norm, d_model, eps): the stack's own norm "
+                          "and eps, not fixed ones")
+
+
 def test_post_ln_stack_has_no_final_norm(submission):
     """EncoderStack(norm_first=False): Post-LN blocks and an identity final norm."""
     init = {"n_layers": 2, **INIT, "norm_first": False}
@@ -158,7 +220,10 @@ def test_stack_parameter_names(submission):
             extra = sorted(set(got or ()) - set(expected))
             raise CheckFailure(
                 f"EncoderStack(norm_first={norm_first})'s parameters differ from the exercise's: "
-                + "; ".join(([f"it lacks {lacks[:4]} (a plain tensor attribute is no "
-                              "parameter: use nn.Parameter)"] if lacks else [])
+                + "; ".join(([f"it lacks {lacks[:4]} (" + (
+                    "a Pre-LN stack ends with final_norm = make_norm(norm, d_model, eps)"
+                    if any(n.startswith("final_norm.") for n in lacks) else
+                    "a plain tensor attribute is no parameter: use nn.Parameter") + ")"]
+                             if lacks else [])
                             + ([f"it has {extra[:4]}, which the exercise does not name"]
                                if extra else [])))

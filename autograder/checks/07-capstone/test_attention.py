@@ -32,6 +32,7 @@ from toolkit.models import GPTConfig as _GPTConfig
 class _Cache:
     def __init__(self):
         self.k = self.v = None
+        self.length = 0  # as in StaticKVCache: positions filled before this forward pass
 
     def update(self, layer, k, v, start_pos):
         if self.k is None:
@@ -49,6 +50,7 @@ _cache = _Cache()
 result = []
 with _torch.no_grad():
     for _x, _positions, _start, _use_cache in inputs["calls"]:
+        _cache.length = _start  # GPT.forward advances it after its blocks
         result.append(_layer(_x, _positions, _cache if _use_cache else None, _start))
 """
 

@@ -102,10 +102,16 @@ def test_greedy_cached_equals_uncached(submission):
                                f"(B, T + max_new_tokens) = {tuple(expected.shape)}")
     if not torch.equal(cached, uncached):
         first = int((cached != uncached).any(0).nonzero()[0])
+        if not torch.equal(uncached, expected):
+            raise CheckFailure(
+                "your uncached decoding already picks other tokens than the reference model "
+                "does: the GPT itself computes other logits (Exercises 2 and 3), so fix what "
+                "their checks report first")
         raise CheckFailure(
-            f"cached and uncached greedy decoding disagree from position {first} on. Each "
-            "decoding step must run the model on the new token at its absolute position "
-            "start_pos = seq.size(1) - 1, with the cache of the prefill")
+            f"uncached decoding is right, but cached decoding departs from it at position "
+            f"{first}. Each decoding step must run the model on the new token at its absolute "
+            "position start_pos = seq.size(1) - 1, with the cache of the prefill (and the cache "
+            "itself must work: see Exercise 1's checks)")
     assert_equal(cached, expected, name="greedy tokens",
                  hint="prefill the prompt, then take the argmax of logits[:, -1] each step")
 

@@ -246,17 +246,24 @@ def test_cached_forward_matches_full(submission, recipe):
     ref = _reference(config, 17)
     idx = _ids(2, 13, vocab=config.vocab_size, seed=18)
     spans = [(0, 5), (5, 8), (8, 9), (9, 10), (10, 11), (11, 12), (12, 13)]
-    calls = [(idx[:, a:b], None, a, True) for a, b in spans]
-    outs, length = _run(submission, config, _state(ref), calls)
+    # First the whole sequence without a cache, to tell a forward bug from a cache bug.
+    calls = [(idx, None, 0, False)] + [(idx[:, a:b], None, a, True) for a, b in spans]
+    results, length = _run(submission, config, _state(ref), calls)
+    (plain, _), outs = results[0], results[1:]
     got = torch.cat([lg for lg, _ in outs], dim=1)
     expected = _expected(ref, idx)[0]
     if not torch.allclose(got, expected, **TOL):
         where = (got - expected).abs().amax(dim=(0, 2)) > 1e-5
         first = int(where.nonzero()[0]) if where.any() else 0
+        if not torch.allclose(plain, expected, **TOL):
+            raise CheckFailure("the plain forward pass (no cache) already differs from the "
+                               "reference: fix it first (see the other checks of this part)")
         if first < spans[0][1]:
-            raise CheckFailure("with a cache, even the prefill (the first call, start_pos=0) "
-                               "differs from the full forward pass: fix the plain forward pass "
-                               "first (see the other checks of this part)")
+            raise CheckFailure("without a cache your forward pass is right, but with one even "
+                               "the prefill (the first call, start_pos=0) differs: "
+                               "StaticKVCache.update (Exercise 1) must return the keys and "
+                               "values of positions 0 .. start_pos + T - 1, and the attention "
+                               "must use what it returns")
         raise CheckFailure(
             f"with a cache, the logits from position {first} on differ from the full forward "
             f"pass (largest difference {(got - expected).abs().max():.3g}). The tokens of a call "

@@ -1,8 +1,10 @@
 """Widget for RWKV: per-channel decay and what the WKV state keeps over time.
 
 * :func:`rwkv_decay_explorer`: eight channels with decay rates ``w`` spread
-  log-uniformly between two values you choose. Left, the weight ``e^{-d w}`` a token
-  keeps ``d`` steps later in each channel: fast channels (large ``w``) see only the last
+  log-uniformly between two values you choose. Left, the weight ``e^{-(d-1) w}`` a
+  token keeps ``d >= 1`` steps later in each channel (the recurrence adds a token to the
+  state undecayed and decays it from the next step on; at ``d = 0`` the token is the
+  current one and gets the bonus ``e^u`` instead): fast channels (large ``w``) see only the last
   few tokens, slow ones average over hundreds. Right, a sequence whose values are 0
   except at one *marked* token (value 1, key ``k_mark``); every other key is 0, so
   ``wkv_t`` is exactly the share of the marked token in channel ``c``'s weighted
@@ -75,20 +77,20 @@ def plot_rwkv_decay(
     *,
     fns: dict | None = None,
 ) -> Figure:
-    """Decay ``e^{-d w_c}`` per channel (left) and the marked token's share over time (right)
-    (``fns`` as in :func:`wkv_trace`)."""
+    """Decay ``e^{-(d-1) w_c}`` of a token ``d >= 1`` steps back, per channel (left), and the
+    marked token's share over time (right) (``fns`` as in :func:`wkv_trace`)."""
     w = channel_decays(w_min, w_max)
     trace = wkv_trace(w, u, mark_at, k_mark, length, fns=fns)
     fig = Figure(figsize=(11, 3.6), layout="constrained")
     left, right = fig.subplots(1, 2)
-    distance = torch.arange(length, dtype=torch.float64)
+    distance = torch.arange(1, length, dtype=torch.float64)  # d = 0 is the current token
     colours = [f"C{i}" for i in range(w.numel())]
     for c, (rate, colour) in enumerate(zip(w.tolist(), colours)):
-        left.plot(distance.tolist(), torch.exp(-distance * rate).tolist(), color=colour,
+        left.plot(distance.tolist(), torch.exp(-(distance - 1) * rate).tolist(), color=colour,
                   label=f"w = {rate:.3g}")
         right.plot(trace[:, c].tolist(), color=colour)
-    left.set_xlabel("d (steps since the token)")
-    left.set_ylabel("weight kept, e^{-d w}")
+    left.set_xlabel("d (steps back)")
+    left.set_ylabel("weight kept, e^{-(d-1) w}")
     left.set_title("per-channel decay", fontsize=9)
     left.legend(fontsize=7, ncol=2)
     right.axvline(mark_at, ls=":", color="gray")

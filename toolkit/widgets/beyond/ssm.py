@@ -77,17 +77,21 @@ def selective_forgetting(
     a: float = 1.0,
     reset_at: int = 20,
     length: int = 48,
-    reset_delta: float = 5.0,
+    reset_delta: float | None = None,
     *,
     fns: dict | None = None,
 ) -> dict:
     """A pulse at token 5 held in a one-dimensional state, without and with a reset step.
 
-    Returns ``{"lti": (length,), "selective": (length,)}``: the state ``h_t`` when every
-    step is ``delta``, and when token ``reset_at`` takes ``reset_delta`` instead
+    Returns ``{"lti": (length,), "selective": (length,), "reset_delta": float}``: the
+    state ``h_t`` when every step is ``delta``, and when token ``reset_at`` takes
+    ``reset_delta`` instead. By default the reset step is large enough to keep at most
+    1% of the state, ``exp(-a * reset_delta) <= 0.01``: ``max(5, ln(100) / a)``
     (``fns`` as in :func:`ssm_impulse_response`).
     """
     f = widget_functions("selective_forgetting", fns, TOOLKIT_FUNCTIONS)
+    if reset_delta is None:
+        reset_delta = max(5.0, math.log(100) / a)
     A, B = torch.tensor([-a], dtype=torch.float64), torch.ones(1, dtype=torch.float64)
     u = torch.zeros(length, dtype=torch.float64)
     u[5] = 1.0
@@ -99,6 +103,7 @@ def selective_forgetting(
             h = A_bar * h + B_bar * u[t]
             trace.append(float(h[0]))
         traces[name] = torch.tensor(trace)
+    traces["reset_delta"] = reset_delta
     return traces
 
 
@@ -129,7 +134,8 @@ def plot_ssm_kernel(
     left.legend(fontsize=7)
     trace = selective_forgetting(delta, a, reset_at, fns=fns)
     right.plot(trace["lti"].tolist(), label="same delta at every token (LTI)")
-    right.plot(trace["selective"].tolist(), label=f"large delta at token {reset_at} (selective)")
+    right.plot(trace["selective"].tolist(),
+               label=f"delta = {trace['reset_delta']:.3g} at token {reset_at} (selective)")
     right.axvline(5, ls=":", color="gray")
     right.set_xlabel("token t")
     right.set_ylabel("state h_t")

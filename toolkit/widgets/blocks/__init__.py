@@ -3,8 +3,9 @@
 What each one is for
 --------------------
 * :func:`layer_scale_explorer`: a deep stack at initialisation, Post-LN against Pre-LN:
-  the size of each block's output and the gradient reaching it. Post-LN's gradients grow
-  towards the output, the reason it needs a learning-rate warm-up.
+  the size of each block's output and the gradient reaching it. Post-LN's gradients are
+  larger than Pre-LN's, more so the deeper the stack: the reason it needs a learning-rate
+  warm-up.
 * :func:`plot_warmup_runs`: the loss curves of :func:`toolkit.warmup.warmup_experiment`.
 * :func:`glu_gate_explorer`: one token through a gated feed-forward network; which hidden
   units the gate opens, for a ReLU, sigmoid, GELU or SiLU gate.

@@ -5,7 +5,9 @@ Model presets (:data:`MODEL_PRESETS`) use published configurations:
 * LLaMA-2 70B: 80 layers, 64 query heads, 8 KV heads, head size 128 (arXiv 2307.09288,
   Table 1 and section 2.2; Hugging Face config ``meta-llama/Llama-2-70b-hf``).
 * Mistral 7B: 32 layers, 32 query heads, 8 KV heads, head size 128, window 4096
-  (arXiv 2310.06825, Table 1).
+  (arXiv 2310.06825, Table 1). Its attention sees the last 4096 positions only, so its
+  rolling-buffer cache (section 2) never holds more than 4096: past that, every row
+  stops growing.
 * DeepSeek-V2: 60 layers, 128 heads of size 128, MLA latent ``d_c = 512`` and RoPE key
   ``d_R = 64`` (arXiv 2405.04434, section 3.1.1 and appendix; Hugging Face config
   ``deepseek-ai/DeepSeek-V2``).
@@ -52,6 +54,7 @@ MODEL_PRESETS: dict[str, dict] = {
         "n_heads": 32,
         "n_kv_heads": 8,
         "d_head": 128,
+        "window": 4096,  # sliding-window attention: a rolling buffer of 4096 positions
         "actual": "GQA",
         "source": "arXiv 2310.06825, Table 1",
     },
@@ -78,8 +81,9 @@ def kv_cache_comparison(
 ) -> list[dict]:
     """KV-cache bytes of one model under MHA, GQA, MQA and MLA.
 
-    ``fns``: the student's ``kv_cache_bytes`` and ``mla_cache_bytes`` in place of the
-    toolkit's.
+    A model with a sliding window (Mistral) caches at most ``window`` positions, however
+    long the context. ``fns``: the student's ``kv_cache_bytes`` and ``mla_cache_bytes``
+    in place of the toolkit's.
 
     Returns:
         one dict per variant: ``name``, ``bytes``, ``actual`` (the variant the model
@@ -94,7 +98,8 @@ def kv_cache_comparison(
     L, H, d = cfg["n_layers"], cfg["n_heads"], cfg["d_head"]
     d_c = cfg.get("d_latent", 4 * d)  # DeepSeek-V2's ratio when not given
     d_r = cfg.get("d_rope", d // 2)
-    common = {"n_tokens": n_tokens, "batch": batch, "bytes_per_element": bytes_per_element}
+    cached = min(n_tokens, cfg.get("window", n_tokens))  # a rolling buffer stops growing
+    common = {"n_tokens": cached, "batch": batch, "bytes_per_element": bytes_per_element}
     # MLA's formula is the assignment's last exercise: until it is written, its row waits.
     mla_bytes, pending = unless_unwritten(lambda: f.mla_cache_bytes(L, d_c, d_r, **common))
     rows = [
@@ -114,9 +119,9 @@ def kv_cache_comparison(
         ),
     ]
     return [
-        {"name": name, "bytes": b, "actual": name.startswith(cfg["actual"]), "formula": f,
-         "pending": waits}
-        for name, b, f, waits in rows
+        {"name": name, "bytes": b, "actual": name.startswith(cfg["actual"]), "formula": formula,
+         "pending": waits, "cached_tokens": cached}
+        for name, b, formula, waits in rows
     ]
 
 
@@ -140,7 +145,8 @@ def plot_kv_cache(
     ax.invert_yaxis()
     for bar, r in zip(bars, rows):
         # A pending row has no bar, only what it waits for.
-        label = r["pending"] or f"{r['bytes'] / GIB:,.3g} GiB  [{r['formula']} per token]"
+        label = r["pending"] or (
+            f"{r['bytes'] / GIB:,.3g} GiB  [{r['formula']} elements per token]")
         ax.text(
             bar.get_width(),
             bar.get_y() + bar.get_height() / 2,
@@ -150,7 +156,10 @@ def plot_kv_cache(
         )
     ax.set_xlim(0, max(gib) * 1.9 if max(gib) > 0 else 1)
     ax.set_xlabel("KV cache (GiB)")
-    ax.set_title(f"{preset}: {n_tokens:,} tokens x batch {batch} x {bytes_per_element} B/element")
+    cached = rows[0]["cached_tokens"]
+    window = f" (its window: only the last {cached:,} cached)" if cached < n_tokens else ""
+    ax.set_title(f"{preset}: {n_tokens:,} tokens{window} x batch {batch} x "
+                 f"{bytes_per_element} B/element")
     return fig
 
 
@@ -198,7 +207,10 @@ def kv_cache_calculator(*, fns=None):
             f"<small>Config: {MODEL_PRESETS[preset]['source']}. "
             "KV bytes = 2 &times; layers &times; KV heads &times; d_head &times; tokens "
             "&times; batch &times; bytes; MLA = layers &times; (d_c + d_R) &times; tokens "
-            "&times; batch &times; bytes.</small>"
+            "&times; batch &times; bytes."
+            + (f" A sliding window caches at most its last {MODEL_PRESETS[preset]['window']:,} "
+               "positions (a rolling buffer)." if "window" in MODEL_PRESETS[preset] else "")
+            + "</small>"
         )
 
     c = list(controls.values())

@@ -53,6 +53,8 @@ def gallery_masks(
     """
     f = widget_functions("gallery_masks", fns, TOOLKIT_FUNCTIONS)
     window = min(window, n)
+    # A short sequence has few blocks: never ask for more random ones than there are.
+    n_random_blocks = min(n_random_blocks, -(-n // block_size))
     band = f.band_mask(n, window - 1)
     return {
         "causal (dense)": f.causal_mask(n),
@@ -60,7 +62,7 @@ def gallery_masks(
         f"band |i-j| <= {window - 1}": band,
         f"dilated w={window}, dilation={dilation}": f.dilated_mask(n, window, dilation),
         f"band + {n_global} global": f.global_token_mask(n, range(min(n_global, n)), base=band),
-        f"BigBird (block {block_size})": f.bigbird_mask(
+        f"BigBird (block {block_size}, {n_random_blocks} random)": f.bigbird_mask(
             n,
             block_size,
             window_blocks=3,

@@ -53,9 +53,14 @@ def plot_train_short_test_long(
     Left: the score ``q^T R_k k / sqrt(d)`` of a fixed random "long-range" head (q and
     k non-zero only on the slow pairs, those making less than one turn over the
     training context) as the distance ``k`` grows past the training length, for
-    plain RoPE and the three extension methods (YaRN including its temperature).
-    The horizontal band is the range of scores that plain RoPE produced during
-    training; plain RoPE leaves it, the others stay close. Right: for each band,
+    plain RoPE and the three extension methods. YaRN is drawn with its rotation only:
+    its temperature multiplies every score by ``(0.1 ln s + 1)^2`` on purpose (to keep
+    the softmax as sharp over ``s`` times more keys), which would move its curve out of
+    the band for a reason that has nothing to do with unseen angles; the title gives
+    that factor. The horizontal band is the range of scores that plain RoPE produced
+    during training: plain RoPE leaves it; PI and YaRN stay inside (or within a hair of
+    it); NTK, whose slowest pairs are stretched by less than ``s``, strays at many
+    settings, if less than plain RoPE. Right: for each band,
     the share of rotation angles at test time that training never produced. Plain
     RoPE pushes its slow bands onto new angles; PI never does (but squeezes fast
     bands); NTK and YaRN keep fast bands and interpolate slow ones.
@@ -86,8 +91,6 @@ def plot_train_short_test_long(
     for name, inv in spectra.items():
         keys = f.apply_rope(k.expand(1, 1, test_len, d_head), dist, inv_freq=inv)
         score = (keys[0, 0] @ q[0, 0, 0]) / math.sqrt(d_head)  # q^T R_k k / sqrt(d)
-        if name == "YaRN":
-            score = score * mscale**2  # temperature on q and k: logits times its square
         if name == "RoPE":
             seen = score[:train_len]
             ax_score.axhspan(
@@ -107,8 +110,8 @@ def plot_train_short_test_long(
     ax_score.set(
         xlabel="distance k",
         ylabel="score qᵀR_k k / √d",
-        title=f"a long-range head ({int(slow.sum())} slow pairs), "
-        f"trained on {train_len}, run on {test_len}",
+        title=f"a long-range head ({int(slow.sum())} slow pairs), trained on {train_len}, "
+        f"run on {test_len}\n(YaRN's temperature, x{mscale**2:.2f} on every score, left out)",
     )
     ax_score.legend(fontsize=7, ncol=2)
 
