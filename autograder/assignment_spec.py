@@ -3,7 +3,8 @@
 The folder holds the instructor notebooks (jupytext percent scripts, answers included)
 and ``assignment.toml``: the title, the notebooks, where the hidden checks are, the
 resource caps, the shortcuts forbidden while student code runs, and the named mutants
-(the classic mistakes ``autograder validate`` plants and the diagnosis recognises).
+(the classic mistakes ``autograder validate`` plants and the diagnosis recognises), and the
+toolkit code the student toolkit withholds while the assignment is locked.
 See docs/adding-an-assignment.md.
 """
 
@@ -54,6 +55,11 @@ class AssignmentSpec:
     #: set at the top level of the file (defaults there).
     limits: Limits = dataclasses.field(default_factory=Limits)
     forbid: list[str] = dataclasses.field(default_factory=list)
+    #: Toolkit definitions, as dotted names (``toolkit.kernels.flash_tuned.flash_attention_tuned``),
+    #: that compute this assignment's answers under another name than the graded one (a
+    #: tuned kernel, a fused fast path). The student toolkit withholds them, like the graded
+    #: names, while the assignment is locked. See :mod:`autograder.student_build`.
+    withhold: list[str] = dataclasses.field(default_factory=list)
     mutants: list[Mutant] = dataclasses.field(default_factory=list)
     #: Optional script in the assignment folder, run after each *made* submission
     #: (validate, demo) is written: ``python <script> <student id>`` with the submission
@@ -83,7 +89,7 @@ class AssignmentSpec:
                 f"{toml_path}: unknown key(s) {', '.join(unknown)}; known: "
                 f"{', '.join(sorted(_SPEC_KEYS | _LIMIT_KEYS))}"
             )
-        mutants = [Mutant(**m) for m in data.pop("mutants", [])]
+        mutants = [_mutant(m, i, toml_path) for i, m in enumerate(data.pop("mutants", []), 1)]
         spec = cls(name=name, path=path, mutants=mutants, limits=limits, **data)
         for nb in spec.notebooks:
             if not (path / f"{nb}.py").is_file():
@@ -101,6 +107,22 @@ class AssignmentSpec:
         if self.checks.startswith(("./", "../")):
             return (self.path / self.checks).resolve()
         return Path(__file__).resolve().parent / "checks" / self.checks
+
+
+def _mutant(table: dict, number: int, toml_path: Path) -> Mutant:
+    """One ``[[mutants]]`` table as a :class:`Mutant`; a missing or unknown key is named."""
+    fields = {f.name: f for f in dataclasses.fields(Mutant)}
+    required = {name for name, f in fields.items() if f.default is dataclasses.MISSING}
+    where = f"{toml_path}: mutant {table.get('name', f'number {number}')!r}"
+    unknown = sorted(set(table) - set(fields))
+    if unknown:
+        raise CourseError(f"{where}: unknown key(s) {', '.join(unknown)}; a mutant takes "
+                          f"{', '.join(fields)} (top-level keys such as forbid and withhold "
+                          "go above the first [[mutants]])")
+    missing = [name for name in fields if name in required and name not in table]
+    if missing:
+        raise CourseError(f"{where}: missing {', '.join(missing)}")
+    return Mutant(**table)
 
 
 _LIMIT_KEYS = {f.name for f in dataclasses.fields(Limits)}

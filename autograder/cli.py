@@ -45,11 +45,16 @@ def cmd_release(args) -> int:
     if not (course.root / "nbgrader_config.py").exists():
         course.init()
     if args.student_toolkit:
+        from .answer_overlap import student_toolkit_overlaps
         from .student_build import build_student_toolkit
 
         wheel = build_student_toolkit(course.root / "student-toolkit", course.assignments_dir,
                                       unlocked=args.unlock or [])
         print(f"Student toolkit: {wheel}")
+        for overlap in student_toolkit_overlaps(course.assignments_dir, args.unlock or []):
+            print(f"warning: {overlap}. Students can copy it: list it in that assignment's "
+                  "`withhold` (assignment.toml), unless it only shares a pattern with the "
+                  "answer.")
         print("Students install it with: pip install " + str(wheel))
         if not (args.all or args.name):
             return 0

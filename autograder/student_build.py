@@ -10,6 +10,13 @@ data, the pieces a notebook gives students) works as before, and widgets that ne
 stubbed function say so, or take the student's own (``attention_explorer(
 fns={"attention_weights": attention_weights})``).
 
+Some toolkit code computes an assignment's answers under another name: the tuned Triton
+kernels of 04 are its graded kernel, written for speed. An assignment lists such
+definitions in ``withhold`` (``assignment.toml``), and the wheel stubs them too, with a
+message that says they are withheld rather than unwritten. Code that only shares a
+pattern with an exercise (a mask built from the same index grid) stays; the test suite
+compares every definition left in the wheel with the locked solutions to find the rest.
+
 When an assignment's deadline has passed, build again with ``--unlock NAME``: its
 reference solutions are back in the next wheel. Self-learners keep the full toolkit of
 the repository, which is the answer key on purpose. The wheel holds nothing but the
@@ -51,6 +58,44 @@ def stub_message(name: str, spec: AssignmentSpec) -> str:
             f"fns={{{name!r}: {name}}}.")
 
 
+def withheld_message(name: str, spec: AssignmentSpec) -> str:
+    """What a withheld definition raises: read by ``unwritten_exercise`` like a stub's, but
+    it says the code is held back, since the student is not asked to write it."""
+    return (f"`{name}` is withheld (assignment {spec.name}): it computes answers of "
+            f"{spec.title}, so the student toolkit leaves it out until that assignment's "
+            f"solutions are unlocked.")
+
+
+def withheld_file(dotted: str, spec: AssignmentSpec, package: Path = PACKAGE) -> tuple[Path, str]:
+    """``(file relative to the package, definition name)`` of a ``withhold`` entry such as
+    ``toolkit.kernels.flash_tuned.flash_attention_tuned``."""
+    *module, name = dotted.split(".")
+    where = f"{spec.path / 'assignment.toml'}: withhold entry {dotted!r}"
+    if len(module) < 2 or module[0] != package.name or not name.isidentifier():
+        raise CourseError(f"{where}: name a definition of a toolkit module, as "
+                          f"{package.name}.module.definition")
+    base = package.joinpath(*module[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate.relative_to(package), name
+    raise CourseError(f"{where}: there is no module {'.'.join(module)} "
+                      f"(looked for {base.with_suffix('.py')})")
+
+
+def module_level_definitions(statements: list[ast.stmt]):
+    """Functions and classes a module defines, also inside module-level ``if``, ``try`` and
+    ``with`` blocks (a Triton kernel defined under ``if HAS_TRITON:``), never inside a
+    function or class."""
+    for node in statements:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield node
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            for block in ("body", "orelse", "finalbody"):
+                yield from module_level_definitions(getattr(node, block, []))
+            for handler in getattr(node, "handlers", []):
+                yield from module_level_definitions(handler.body)
+
+
 def _body_span(node) -> tuple[int, int]:
     """First and last line (1-based) of a definition's body, its docstring kept."""
     body = node.body
@@ -65,16 +110,15 @@ def _body_span(node) -> tuple[int, int]:
 
 
 def stub_source(source: str, messages: dict[str, str]) -> tuple[str, list[str]]:
-    """``source`` with the body of every top-level function named in ``messages`` (and of
-    every method of every class named there) replaced by a ``raise``. Returns the new
+    """``source`` with the body of every module-level function named in ``messages`` (and
+    of every method of every class named there) replaced by a ``raise``. Returns the new
     source and the names stubbed."""
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
     edits: list[tuple[int, int, str]] = []  # (first line, last line, replacement)
     stubbed = []
-    definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    for node in tree.body:
-        if not isinstance(node, definitions) or node.name not in messages:
+    for node in module_level_definitions(tree.body):
+        if node.name not in messages:
             continue
         targets = [node] if not isinstance(node, ast.ClassDef) else [
             m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
@@ -89,37 +133,60 @@ def stub_source(source: str, messages: dict[str, str]) -> tuple[str, list[str]]:
     return "".join(lines), stubbed
 
 
-def build_student_toolkit(
-    out_dir: Path, assignments_dir: Path, unlocked: list[str] = ()
-) -> Path:
-    """Build the student wheel into ``out_dir``; every assignment not in ``unlocked`` is
-    locked. Returns the wheel's path."""
+def stage_student_toolkit(target: Path, assignments_dir: Path, unlocked=(),
+                          package: Path = PACKAGE) -> list[str]:
+    """Copy ``package`` to ``target`` with every graded and withheld definition of each
+    locked assignment (those not in ``unlocked``) stubbed; returns the names stubbed."""
     known = available_assignments(assignments_dir)
     unknown = sorted(set(unlocked) - set(known))
     if unknown:
         raise CourseError(f"--unlock {', '.join(unknown)}: no such assignment (known: "
                           f"{', '.join(known)})")
-    messages: dict[str, str] = {}
+    graded: dict[str, str] = {}  # name -> message, in every module that defines it
+    withheld: dict[Path, dict[str, str]] = {}  # file -> {name: message}, that file only
+    wanted: dict[tuple[Path, str], str] = {}  # (file, name) -> the entry, to check below
     for name in known:
         if name in unlocked:
             continue
         spec = AssignmentSpec.load(name, assignments_dir)
-        for graded in graded_names(spec):
-            messages.setdefault(graded, stub_message(graded, spec))
+        for graded_name in graded_names(spec):
+            graded.setdefault(graded_name, stub_message(graded_name, spec))
+        for entry in spec.withhold:
+            path, definition = withheld_file(entry, spec, package)
+            message = withheld_message(definition, spec)
+            withheld.setdefault(path, {}).setdefault(definition, message)
+            wanted[(path, definition)] = (f"{spec.path / 'assignment.toml'}: withhold entry "
+                                          f"{entry!r}")
+    shutil.copytree(package, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    stubbed: list[str] = []
+    for path in sorted(target.rglob("*.py")):
+        relative = path.relative_to(target)
+        new, names = stub_source(path.read_text(), {**graded, **withheld.get(relative, {})})
+        if names:
+            path.write_text(new)
+            stubbed += names
+            for name in names:
+                wanted.pop((relative, name), None)
+    if wanted:
+        (path, definition), where = next(iter(wanted.items()))
+        raise CourseError(f"{where}: {package.name}/{path} defines no function or class "
+                          f"{definition!r} at module level; fix the entry or remove it")
+    return stubbed
+
+
+def build_student_toolkit(
+    out_dir: Path, assignments_dir: Path, unlocked: list[str] = ()
+) -> Path:
+    """Build the student wheel into ``out_dir``; every assignment not in ``unlocked`` is
+    locked. Returns the wheel's path."""
+    locked = sorted(set(available_assignments(assignments_dir)) - set(unlocked))
     with tempfile.TemporaryDirectory(prefix="student-toolkit-") as tmp:
         project = Path(tmp)
-        target = project / "toolkit"
-        shutil.copytree(PACKAGE, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        stubbed: list[str] = []
-        for path in sorted(target.rglob("*.py")):
-            new, names = stub_source(path.read_text(), messages)
-            if names:
-                path.write_text(new)
-                stubbed += names
+        stubbed = stage_student_toolkit(project / "toolkit", assignments_dir, unlocked)
         fingerprint = hashlib.sha256("\n".join(sorted(stubbed)).encode()).hexdigest()[:10]
         (project / "pyproject.toml").write_text(_PYPROJECT.format(
             name=DISTRIBUTION, version=f"0.1.0+student.{fingerprint}",
-            locked=", ".join(sorted(set(known) - set(unlocked))) or "none"))
+            locked=", ".join(locked) or "none"))
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         for old in out_dir.glob("*.whl"):

@@ -28,7 +28,10 @@ Two kinds of stub say "not written yet", and :func:`unwritten_exercise` reads bo
 widgets use it too): a notebook's ``"`attention_weights` is not written yet (Exercise 1a:
 attention weights): write it in its cell..."`` and the student toolkit's ``"`causal_mask` is
 not written yet (assignment 01-attention): ..."``, a function the toolkit students install
-leaves out until that assignment's solutions are unlocked.
+leaves out until that assignment's solutions are unlocked. The student toolkit also
+*withholds* code that computes an assignment's answers under another name (a tuned kernel):
+``"`flash_attention_tuned` is withheld (assignment 04-flash-attention): ..."`` reads the
+same way, and is reported as withheld rather than unwritten.
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ MARK = "‖"
 #: How the course's stubs start their message. The exercise in brackets may hold one level
 #: of brackets of its own ("Exercise 3: `GPT` (tying, `forward`)").
 _STUB = re.compile(
-    r"^`(?P<name>[^`]+)` is not written yet(?: \((?P<exercise>(?:[^()]|\([^()]*\))+)\))?")
+    r"^`(?P<name>[^`]+)` is (?P<state>not written yet|withheld)"
+    r"(?: \((?P<exercise>(?:[^()]|\([^()]*\))+)\))?")
 #: What the student toolkit's stubs put in the brackets: "assignment 01-attention".
 _TOOLKIT_STUB = "assignment "
 
@@ -55,6 +59,9 @@ class Unwritten(NamedTuple):
 
     name: str  #: ``"attention_weights"``, or ``"GPT.__init__"`` for a method
     exercise: str  #: ``"Exercise 1a: attention weights"``, ``"assignment 01-attention"`` or ``""``
+    #: ``"not written yet"``, or ``"withheld"`` for toolkit code held back until the
+    #: assignment whose answers it computes is unlocked.
+    state: str = "not written yet"
 
     @property
     def in_student_toolkit(self) -> bool:
@@ -68,8 +75,8 @@ class Unwritten(NamedTuple):
 
     @property
     def reason(self) -> str:
-        """``"`name` is not written yet (exercise)"``."""
-        return f"`{self.name}` is not written yet{self.where}"
+        """``"`name` is not written yet (exercise)"``, or ``"... is withheld (...)"``."""
+        return f"`{self.name}` is {self.state}{self.where}"
 
 
 def unwritten_exercise(error: BaseException) -> Unwritten | None:
@@ -85,7 +92,7 @@ def unwritten_exercise(error: BaseException) -> Unwritten | None:
     if not isinstance(error, NotImplementedError):
         return None
     stub = _STUB.match(str(error))
-    return Unwritten(stub["name"], stub["exercise"] or "") if stub else None
+    return Unwritten(stub["name"], stub["exercise"] or "", stub["state"]) if stub else None
 
 
 class NotReadyError(RuntimeError):
@@ -154,11 +161,16 @@ class _Reporter:
         if stub := unwritten_exercise(value):
             for name in _defined_names(source):
                 self.missing[name] = stub.reason
-            advice = ("The toolkit you installed leaves it out until that assignment's "
-                      "solutions are unlocked: use your own." if stub.in_student_toolkit
-                      else "Write it, run its cell, then run this cell again.")
+            if stub.state == "withheld":
+                advice = ("The toolkit you installed holds it back until that assignment's "
+                          "solutions are unlocked, since it computes their answers.")
+            elif stub.in_student_toolkit:
+                advice = ("The toolkit you installed leaves it out until that assignment's "
+                          "solutions are unlocked: use your own.")
+            else:
+                advice = "Write it, run its cell, then run this cell again."
             return self._say(etype, value, (
-                f"{MARK} This cell needs `{stub.name}`, which is not written yet{stub.where}. "
+                f"{MARK} This cell needs `{stub.name}`, which is {stub.state}{stub.where}. "
                 f"{advice}"))
         if issubclass(etype, NotReadyError):
             for name in _defined_names(source):

@@ -151,3 +151,46 @@ def test_hugging_face_helpers_of_02_trip(bridge, tmp_path, code, expected):
     reply = _call(bridge, tmp_path, "shortcut", forbid)
     assert reply["ok"] is False and reply["violations"] == [expected], reply
     _assert_restored(bridge)
+
+
+@pytest.mark.parametrize("assignment, code, expected", [
+    ("01-attention", "from toolkit.flash import causal_tile_mask\n"
+     "def shortcut(x, pos):\n    return causal_tile_mask(0, 3, 0, 3, 0, x.device)",
+     "toolkit.flash.causal_tile_mask"),
+    ("01-attention", "from toolkit.transformer.blocks import EncoderBlock\n"
+     "def shortcut(x, pos):\n    return EncoderBlock(4, 2, 8)(x[0])",
+     "toolkit.transformer.EncoderBlock"),
+    ("02-positional", "from toolkit.widgets.attention.permutation import _sinusoidal_positions\n"
+     "def shortcut(x, pos):\n    return _sinusoidal_positions(3, 4)",
+     "toolkit.widgets.attention.permutation._sinusoidal_positions"),
+    ("03-efficient-attention", "import toolkit.masks\n"
+     "def shortcut(x, pos):\n"
+     "    return toolkit.masks.bigbird_mask(5, 1, window_blocks=3, global_blocks=0, "
+     "random_blocks=0)",
+     "toolkit.masks.bigbird_mask"),
+    ("05-blocks", "from toolkit.models.fused import FusedRMSNorm\n"
+     "def shortcut(x, pos):\n    return FusedRMSNorm(4)(x)",
+     "toolkit.models.fused.FusedRMSNorm"),
+    ("07-capstone", "from toolkit.flash import flash_attention\n"
+     "def shortcut(x, pos):\n    return flash_attention(x, x, x, causal=True)",
+     "toolkit.flash.flash_attention"),
+])
+def test_the_toolkits_other_routes_to_an_answer_trip(bridge, tmp_path, assignment, code,
+                                                      expected):
+    """Toolkit code that computes an exercise under another name is on its forbid list."""
+    exec(code, bridge.ns)
+    reply = _call(bridge, tmp_path, "shortcut", AssignmentSpec.load(assignment).forbid)
+    assert reply["ok"] is False and reply["violations"] == [expected], reply
+    _assert_restored(bridge)
+
+
+def test_a_backend_is_looked_up_when_called(bridge, tmp_path):
+    """The capstone model picks its attention by name at each call, so a forbidden backend
+    function trips however the model reaches it (a table of the functions kept them)."""
+    exec("from toolkit.models.backends import causal_attention\n"
+         "def shortcut(x, pos):\n    return causal_attention(x, x, x, 'reference')", bridge.ns)
+    forbidden = "toolkit.models.backends.reference_attention"
+    reply = _call(bridge, tmp_path, "shortcut", [forbidden])
+    assert reply["ok"] is False and reply["violations"] == [forbidden], reply
+    assert _call(bridge, tmp_path, "shortcut", [])["ok"] is True  # unguarded, it runs
+    _assert_restored(bridge)

@@ -24,6 +24,8 @@ ASSIGNMENTS = Path(__file__).resolve().parents[2] / "assignments"
 # Runs inside the fresh venv: what the student's toolkit does with a graded function and
 # with each widget builder (TOOLKIT_HEADLESS unset, so every builder really draws).
 PROBE = textwrap.dedent("""
+    import os
+    os.environ["TRITON_INTERPRET"] = "1"  # before Triton loads: launch kernels on the CPU
     import json, types
     import matplotlib
     matplotlib.use("Agg")
@@ -76,8 +78,32 @@ PROBE = textwrap.dedent("""
     own = evaluation_batch(corpus, n=2, mask_fn=lambda ids, s, m, v, generator=None: (
         torch.full_like(ids, m), ids))
     own_masking = bool(torch.equal(own["labels"], corpus.val_ids[:2]))
+    # Code that computes a locked answer under another name is withheld, kernels included.
+    from toolkit.notebook import unwritten_exercise
+    from toolkit.kernels import flash_attention_tuned
+    from toolkit.kernels.flash_backward_kernels import bwd_preprocess_kernel
+    from toolkit.models.fused import _RMSNormFunction
+    from toolkit.transformer import EncoderBlock
+    x = torch.randn(1, 2, 16, 16)
+    lse = x[..., 0].contiguous()
+    withheld = {}
+    for name, call in {
+        "flash_attention_tuned": lambda: flash_attention_tuned(x, x, x),
+        "bwd_preprocess_kernel": lambda: bwd_preprocess_kernel[(1, 2)](
+            x, x, lse, lse, lse, *x.stride(), *x.stride(), *lse.stride(), 2, 16, 16,
+            BLOCK_M=16, BLOCK_D=16),
+        "_RMSNormFunction": lambda: _RMSNormFunction.apply(x, torch.ones(16), 1e-6),
+        "EncoderBlock": lambda: EncoderBlock(16, 2, 32),
+    }.items():
+        try:
+            call()
+            withheld[name] = "ran"
+        except Exception as error:
+            found = unwritten_exercise(error)
+            withheld[name] = found.reason if found else f"{type(error).__name__}: {error}"
     print(json.dumps({"toolkit": toolkit.__file__, "stub": stub, "shown": shown,
-                      "default_masking": default_masking, "own_masking": own_masking}))
+                      "default_masking": default_masking, "own_masking": own_masking,
+                      "withheld": withheld}))
 """)
 
 
@@ -132,5 +158,12 @@ def test_graded_functions_are_stubs_and_every_widget_builds(student_venv, tmp_pa
         assert missing in stubbed and "(assignment 0" in says, (name, says)
     assert result["default_masking"].startswith("`mask_tokens` is not written yet")
     assert result["own_masking"]  # a notebook's own mask_tokens runs in its place
+    assert result["withheld"] == {
+        name: f"`{name}` is withheld (assignment {assignment})"
+        for name, assignment in [("flash_attention_tuned", "04-flash-attention"),
+                                 ("bwd_preprocess_kernel", "04-flash-attention"),
+                                 ("_RMSNormFunction", "05-blocks"),
+                                 ("EncoderBlock", "01-attention")]
+    }, result["withheld"]
     drawn = {name for name, shown in result["shown"].items() if shown["drawn"]}
     assert drawn == {"online_softmax_stepper", "attention_memory_explorer"}  # no exercise

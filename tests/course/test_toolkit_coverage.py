@@ -37,6 +37,7 @@ NOT_FOR_NOTEBOOKS = {
     "WidgetFunctions": "widget plumbing: what widget_functions returns",
     "unwritten_message": "widget plumbing: the line a widget shows for an unwritten exercise",
     "unwritten_html": "widget plumbing: that line as HTML",
+    "refused_html": "widget plumbing: the line live_figure shows for settings a function refuses",
     "reports_unwritten": "widget plumbing: the same for builders that compute first",
     "unless_unwritten": "widget plumbing: one panel or row that waits for a later exercise",
     "tied_parameter_names": "save_bert's helper: the tied decoder is stored once",

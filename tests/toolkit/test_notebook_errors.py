@@ -9,10 +9,14 @@ from nbclient import NotebookClient
 
 from autograder.release_steps import stub_message as notebook_stub
 from autograder.student_build import stub_message as toolkit_stub
+from autograder.student_build import withheld_message
 from toolkit.notebook import _defined_names, unwritten_exercise
 
 #: What the student toolkit's `causal_mask` raises while 01-attention is locked.
 LEFT_OUT = toolkit_stub("causal_mask", SimpleNamespace(name="01-attention", title="Attention"))
+#: What the student toolkit's tuned kernel raises while 04-flash-attention is locked.
+WITHHELD = withheld_message("flash_attention_tuned",
+                            SimpleNamespace(name="04-flash-attention", title="FlashAttention"))
 CELLS = [
     "from toolkit.notebook import friendly_errors\nfriendly_errors()",
     "def GPT():\n    raise NotImplementedError("
@@ -49,6 +53,8 @@ CELLS = [
     "    raise NotImplementedError("
     "'`copy_kernel` is not written yet (Exercise 3a: the kernel): write it in its cell')\n"
     "copy_kernel[(1,)](torch.zeros(4))",
+    f"def flash_attention_tuned(q):\n    raise NotImplementedError({WITHHELD!r})\n"
+    "out = flash_attention_tuned(1)",
 ]
 
 
@@ -61,9 +67,13 @@ def test_defined_names():
 def test_both_stub_formats_are_read():
     heading = "Exercise 3: `GPT` (tying, `unembed`, `forward`)"
     assert unwritten_exercise(NotImplementedError(notebook_stub("GPT.__init__", heading))) == (
-        "GPT.__init__", heading)
+        "GPT.__init__", heading, "not written yet")
     stub = unwritten_exercise(NotImplementedError(LEFT_OUT))
-    assert stub == ("causal_mask", "assignment 01-attention") and stub.in_student_toolkit
+    assert stub == ("causal_mask", "assignment 01-attention", "not written yet")
+    assert stub.in_student_toolkit
+    withheld = unwritten_exercise(NotImplementedError(WITHHELD))
+    assert withheld == ("flash_attention_tuned", "assignment 04-flash-attention", "withheld")
+    assert withheld.reason == "`flash_attention_tuned` is withheld (assignment 04-flash-attention)"
     assert unwritten_exercise(NotImplementedError()) is None
     assert unwritten_exercise(ValueError(LEFT_OUT)) is None
 
@@ -102,3 +112,7 @@ def test_messages_in_a_kernel():
     assert kernel["traceback"] == [
         "‖ This cell needs `copy_kernel`, which is not written yet (Exercise 3a: the kernel). "
         "Write it, run its cell, then run this cell again."], kernel
+    assert errors[11]["traceback"] == [
+        "‖ This cell needs `flash_attention_tuned`, which is withheld (assignment "
+        "04-flash-attention). The toolkit you installed holds it back until that "
+        "assignment's solutions are unlocked, since it computes their answers."], errors[11]

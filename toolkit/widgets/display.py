@@ -164,7 +164,7 @@ def unless_unwritten(compute: Callable[[], object]) -> tuple[object, str | None]
         stub = unwritten_exercise(error)
         if stub is None:
             raise
-        return None, f"needs `{stub.name}`, not written yet{stub.where}"
+        return None, f"needs `{stub.name}`, {stub.state}{stub.where}"
 
 
 def unwritten_message(
@@ -187,7 +187,7 @@ def unwritten_message(
     stub = unwritten_exercise(error)
     if stub is None:
         return None
-    line = f"This widget needs `{stub.name}`, which is not written yet{stub.where}."
+    line = f"This widget needs `{stub.name}`, which is {stub.state}{stub.where}."
     key = stub.name.split(".")[0]  # `MultiHeadAttention.__init__` is passed as the class
     takes = functions is not None and key in functions.names
     if takes and key in functions.given:
