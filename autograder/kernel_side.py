@@ -34,7 +34,12 @@ class _AutograderBridge:
     # module-level reference to the object in the loaded modules of its top-level package
     # is replaced, and so is every name in the student's namespace bound to it. Finding
     # them means walking those modules (all of torch for a torch name), so the places are
-    # worked out once per forbid list and reused until another module is imported.
+    # worked out once per forbid list and reused until another module is imported. In the
+    # course's own package a module may also keep the object in a table (a dict of the
+    # functions a widget draws with) or as a function's keyword default (``mask_fn=
+    # mask_tokens``); those entries are replaced too. Third-party packages' tables are left
+    # alone: they may be the library's own dispatch, in use while the check runs.
+    _OWN_PACKAGE = "toolkit"
 
     def _resolve(self, dotted):
         """``(owner, attribute, object)`` for a dotted name among loaded modules, or Nones."""
@@ -96,6 +101,8 @@ class _AutograderBridge:
                     obj = objects.get(id(value))
                     if obj is not None and obj is value:
                         sites.append((module, attr, obj, labels[id(obj)]))
+                    elif package == self._OWN_PACKAGE:
+                        sites += self._held_in(value, objects, labels)
         # One swap per place, even when a place was found twice (the name's own attribute).
         unique = {}
         for site in sites:
@@ -103,6 +110,19 @@ class _AutograderBridge:
         sites = list(unique.values())
         self._sites_cache[key] = (len(sys.modules), sites, labels)
         return sites, labels
+
+    @staticmethod
+    def _held_in(value, objects, labels):
+        """``[(table, key, object, label)]`` for each forbidden object that ``value`` (a
+        module-level dict, or a function with keyword defaults) holds."""
+        if isinstance(value, dict):
+            table = value
+        elif isinstance(value, types.FunctionType) and value.__kwdefaults__:
+            table = value.__kwdefaults__
+        else:
+            return []
+        return [(table, key, item, labels[id(item)]) for key, item in list(table.items())
+                if item is not None and objects.get(id(item)) is item]
 
     def _guard(self, forbidden, violations, callers=None):
         """Replace forbidden callables by tripwires; return the undo list. A tripwire adds
@@ -125,7 +145,8 @@ class _AutograderBridge:
         sites, labels = self._forbidden_sites(forbidden)
         blocked = {}
         for owner, attr, original, name in sites:
-            if getattr(owner, attr, None) is original:
+            current = owner.get(attr) if isinstance(owner, dict) else getattr(owner, attr, None)
+            if current is original:
                 new = blocked.setdefault(id(original), tripwire(name, original))
                 self._swap(owner, attr, original, new, undo)
         # Names the student bound to a forbidden object (``from m import f as g``).
@@ -140,7 +161,10 @@ class _AutograderBridge:
     @staticmethod
     def _swap(owner, attr, original, new, undo):
         try:
-            setattr(owner, attr, new)
+            if isinstance(owner, dict):  # a table's entry, or a keyword default
+                owner[attr] = new
+            else:
+                setattr(owner, attr, new)
             undo.append((owner, attr, original, new))
         except (AttributeError, TypeError):
             pass

@@ -194,3 +194,29 @@ def test_a_backend_is_looked_up_when_called(bridge, tmp_path):
     assert reply["ok"] is False and reply["violations"] == [forbidden], reply
     assert _call(bridge, tmp_path, "shortcut", [])["ok"] is True  # unguarded, it runs
     _assert_restored(bridge)
+
+
+def test_a_forbidden_function_kept_in_a_toolkit_table_or_default_trips(bridge, tmp_path):
+    """The toolkit keeps some functions in tables (what a widget draws with) and as keyword
+    defaults: the guard replaces those entries too, and puts them back."""
+    import toolkit.attention
+    import toolkit.mlm
+    import toolkit.pretrain
+    from toolkit.widgets.attention import heatmap
+
+    weights, mask_tokens = toolkit.attention.attention_weights, toolkit.mlm.mask_tokens
+    exec("from toolkit.widgets.attention import heatmap\n"
+         "def via_table(x, pos):\n"
+         "    return heatmap.TOOLKIT_FUNCTIONS['attention_weights'](x, x)\n", bridge.ns)
+    reply = _call(bridge, tmp_path, "via_table", ["toolkit.attention.attention_weights"])
+    assert reply["violations"] == ["toolkit.attention.attention_weights"], reply
+    assert heatmap.TOOLKIT_FUNCTIONS["attention_weights"] is weights
+    # A keyword default: while the check runs it is the tripwire, then the original again.
+    exec("import torch, toolkit.pretrain\n"
+         "def default_seen(x, pos):\n"
+         "    fn = toolkit.pretrain.evaluation_batch.__kwdefaults__['mask_fn']\n"
+         "    return torch.tensor(float(hasattr(fn, '__wrapped_original__')))\n", bridge.ns)
+    reply = _call(bridge, tmp_path, "default_seen", ["toolkit.mlm.mask_tokens"])
+    assert reply["ok"], reply
+    assert toolkit.pretrain.evaluation_batch.__kwdefaults__["mask_fn"] is mask_tokens
+    _assert_restored(bridge)
