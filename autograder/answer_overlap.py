@@ -49,7 +49,7 @@ class Overlap:
                 f"({self.assignment})")
 
 
-def function_bodies(source: str, owner: str = "") -> list[tuple[int, str, str]]:
+def function_bodies(source: str) -> list[tuple[int, str, str]]:
     """``(line, name, body source)`` of every function in ``source``, nested ones and
     methods (``Class.method``) included, each body without its docstring."""
     try:
@@ -74,7 +74,7 @@ def function_bodies(source: str, owner: str = "") -> list[tuple[int, str, str]]:
             else:
                 visit(child, prefix)
 
-    visit(tree, owner)
+    visit(tree, "")
     return found
 
 
@@ -103,13 +103,15 @@ def answer_overlaps(staged: Path, assignments_dir: Path, unlocked=(),
         for notebook in spec.notebooks:
             nb = notebook_from_text(spec.source_text(notebook))
             given = given_names([c.source for c in nb.cells if c.cell_type == "code"])
-            answers = []
+            answers = []  # (exercise, its fingerprints)
             for cell in nb.cells:
-                if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
-                    answers += [(name, body) for _, name, body in function_bodies(cell.source)]
-            answers = [(name, prints) for name, body in answers
-                       for prints, size in [_fingerprints(body, given, settings)]
-                       if size >= MIN_TOKENS and prints]
+                if cell.cell_type != "code" or not cell.metadata.get("nbgrader", {}).get(
+                        "solution"):
+                    continue
+                for _, name, body in function_bodies(cell.source):
+                    prints, size = _fingerprints(body, given, settings)
+                    if size >= MIN_TOKENS and prints:
+                        answers.append((name, prints))
             if not answers:
                 continue
             for definition, body in leftovers:

@@ -298,7 +298,7 @@ class KernelSession:
 
     # -- the check transport -------------------------------------------------------
     def install_bridge(self, source: str) -> None:
-        """Define ``__autograder__`` in the kernel from :mod:`autograder.kernel_side`'s source."""
+        """Define ``__autograder__`` in the kernel from ``kernel_side.kernel_source()``."""
         self._bridge_source = source
         code = (
             "def __autograder_install(src):\n"

@@ -9,14 +9,20 @@ student's function or class, and writes the result back as JSON + safetensors.
 
 Nothing here is trusted: a student can replace any of it. The trusted process
 therefore validates everything it reads back (types, dtypes, shapes, sizes) and
-does every comparison itself.
+does every comparison itself. The guard behind a check's ``forbid`` list lives in
+:mod:`autograder.kernel_guard`; :func:`kernel_source` is both files' source, as the
+kernel receives it.
 """
 
 import json
 import linecache
-import sys
 import traceback
-import types
+from pathlib import Path
+
+try:  # imported as a module: the grader's mistake oracle, the tests
+    from .kernel_guard import ForbidGuard, _is_student_code
+except ImportError:  # executed from source in the kernel, after kernel_guard's source
+    pass
 
 
 class _AutograderBridge:
@@ -24,161 +30,12 @@ class _AutograderBridge:
 
     def __init__(self, namespace):
         self.ns = namespace
-        self._sites_cache = {}  # forbid list -> (len(sys.modules), sites, labels)
-        self.site_scans = 0  # how often the modules were walked (a test reads it)
+        self.forbid = ForbidGuard(namespace)
 
-    # -- shortcuts a check forbids -------------------------------------------
-    # A forbidden name stands for an *object*, wherever it is reachable: the toolkit
-    # re-exports its functions from packages (``toolkit.position.apply_rope`` is
-    # ``toolkit.position.rope.apply_rope``) and modules import each other's, so every
-    # module-level reference to the object in the loaded modules of its top-level package
-    # is replaced, and so is every name in the student's namespace bound to it. Finding
-    # them means walking those modules (all of torch for a torch name), so the places are
-    # worked out once per forbid list and reused until another module is imported. In the
-    # course's own package a module may also keep the object in a table (a dict of the
-    # functions a widget draws with) or as a function's keyword default (``mask_fn=
-    # mask_tokens``); those entries are replaced too. Third-party packages' tables are left
-    # alone: they may be the library's own dispatch, in use while the check runs.
-    _OWN_PACKAGE = "toolkit"
-
-    def _resolve(self, dotted):
-        """``(owner, attribute, object)`` for a dotted name among loaded modules, or Nones."""
-        module_name, _, attr = dotted.rpartition(".")
-        while module_name:
-            module = sys.modules.get(module_name)
-            if module is not None:
-                owner = module
-                *path, attr = dotted[len(module_name) + 1 :].split(".")
-                for part in path:  # nested attribute, e.g. torch.nn.MultiheadAttention.forward
-                    owner = getattr(owner, part, None)
-                    if owner is None:
-                        return None, None, None
-                obj = getattr(owner, attr, None)
-                return (owner, attr, obj) if obj is not None else (None, None, None)
-            module_name, _, _ = module_name.rpartition(".")
-        return None, None, None
-
-    def _targets(self, name):
-        """``[(owner, attribute, object)]``: what the forbidden ``name`` stands for."""
-        owner, attr, obj = self._resolve(name)
-        module = obj if owner is not None else sys.modules.get(name)
-        if isinstance(module, types.ModuleType):
-            # A whole module or package: every public callable it defines itself (not
-            # what it merely imports, such as torch.Tensor).
-            depth = name.count(".") + 1
-            return [
-                (module, key, value)
-                for key, value in list(vars(module).items())
-                if callable(value)
-                and not key.startswith("_")
-                and (getattr(value, "__module__", None) or "").split(".")[:depth]
-                == name.split(".")
-            ]
-        return [] if owner is None else [(owner, attr, obj)]
-
-    def _forbidden_sites(self, forbidden):
-        """``([(owner, attribute, original, label)], {id(original): label})``, cached."""
-        key = tuple(forbidden)
-        cached = self._sites_cache.get(key)
-        if cached is not None and cached[0] == len(sys.modules):
-            return cached[1], cached[2]
-        self.site_scans += 1
-        sites, labels, by_package = [], {}, {}
-        for name in forbidden:
-            for owner, attr, obj in self._targets(name):
-                labels.setdefault(id(obj), name)  # listed twice: reported as first listed
-                sites.append((owner, attr, obj, labels[id(obj)]))
-                by_package.setdefault(name.split(".")[0], {})[id(obj)] = obj
-        for package, objects in by_package.items():
-            prefix = package + "."
-            for module_name, module in list(sys.modules.items()):
-                if module_name != package and not module_name.startswith(prefix):
-                    continue
-                namespace = getattr(module, "__dict__", None)
-                if not isinstance(namespace, dict):
-                    continue
-                for attr, value in list(namespace.items()):
-                    obj = objects.get(id(value))
-                    if obj is not None and obj is value:
-                        sites.append((module, attr, obj, labels[id(obj)]))
-                    elif package == self._OWN_PACKAGE:
-                        sites += self._held_in(value, objects, labels)
-        # One swap per place, even when a place was found twice (the name's own attribute).
-        unique = {}
-        for site in sites:
-            unique.setdefault((id(site[0]), site[1]), site)
-        sites = list(unique.values())
-        self._sites_cache[key] = (len(sys.modules), sites, labels)
-        return sites, labels
-
-    @staticmethod
-    def _held_in(value, objects, labels):
-        """``[(table, key, object, label)]`` for each forbidden object that ``value`` (a
-        module-level dict, or a function with keyword defaults) holds."""
-        if isinstance(value, dict):
-            table = value
-        elif isinstance(value, types.FunctionType) and value.__kwdefaults__:
-            table = value.__kwdefaults__
-        else:
-            return []
-        return [(table, key, item, labels[id(item)]) for key, item in list(table.items())
-                if item is not None and objects.get(id(item)) is item]
-
-    def _guard(self, forbidden, violations, callers=None):
-        """Replace forbidden callables by tripwires; return the undo list. A tripwire adds
-        the name to ``violations`` and the student's function that called it (or "") to
-        ``callers``."""
-        undo = []
-        if not forbidden:
-            return undo
-
-        def tripwire(name, original):
-            def _blocked(*args, **kwargs):
-                violations.append(name)
-                if callers is not None:
-                    callers.append(_student_caller(sys._getframe(1)))
-                raise RuntimeError(f"{name} is not allowed in this exercise: implement it yourself")
-
-            _blocked.__wrapped_original__ = original
-            return _blocked
-
-        sites, labels = self._forbidden_sites(forbidden)
-        blocked = {}
-        for owner, attr, original, name in sites:
-            current = owner.get(attr) if isinstance(owner, dict) else getattr(owner, attr, None)
-            if current is original:
-                new = blocked.setdefault(id(original), tripwire(name, original))
-                self._swap(owner, attr, original, new, undo)
-        # Names the student bound to a forbidden object (``from m import f as g``).
-        for key, value in list(self.ns.items()):
-            name = labels.get(id(value))
-            if name is not None and key != "__autograder__":
-                new = blocked.setdefault(id(value), tripwire(name, value))
-                undo.append((self.ns, key, value, new))
-                self.ns[key] = new
-        return undo
-
-    @staticmethod
-    def _swap(owner, attr, original, new, undo):
-        try:
-            if isinstance(owner, dict):  # a table's entry, or a keyword default
-                owner[attr] = new
-            else:
-                setattr(owner, attr, new)
-            undo.append((owner, attr, original, new))
-        except (AttributeError, TypeError):
-            pass
-
-    @staticmethod
-    def _unguard(undo):
-        for owner, attr, original, _ in reversed(undo):
-            if isinstance(owner, dict):
-                owner[attr] = original
-            else:
-                try:
-                    setattr(owner, attr, original)
-                except (AttributeError, TypeError):
-                    pass
+    @property
+    def site_scans(self):
+        """How often the guard walked the loaded modules (a test reads it)."""
+        return self.forbid.site_scans
 
     # -- values <-> files ----------------------------------------------------
     def _encode(self, value, tensors, depth=0):
@@ -260,7 +117,7 @@ class _AutograderBridge:
         violations, callers = [], []
         reply = {"ok": True, "violations": violations, "called_from": callers}
         result_tensors = {}
-        undo = self._guard(request.get("forbid", []), violations, callers)
+        undo = self.forbid.guard(request.get("forbid", []), violations, callers)
         try:
             args = [self._decode(a, tensors) for a in request.get("args", [])]
             kwargs = {k: self._decode(v, tensors) for k, v in request.get("kwargs", {}).items()}
@@ -272,7 +129,7 @@ class _AutograderBridge:
             reply.update(ok=False, error=error[: self.MAX_MESSAGE])
             result_tensors = {}
         finally:
-            self._unguard(undo)
+            self.forbid.unguard(undo)
         return reply, result_tensors
 
     def _lookup(self, name):
@@ -332,25 +189,6 @@ class _WrongAnswerType(Exception):
     """An answer of a kind the checks cannot read (the code ran; its result is the issue)."""
 
 
-def _is_student_code(frame) -> bool:
-    """A frame of the notebook's own cells (they run in ``__main__``), not of the checks'
-    code, this bridge or a library (torch, the course toolkit)."""
-    return (frame.f_globals.get("__name__") == "__main__"
-            and not frame.f_code.co_filename.startswith("<autograder"))
-
-
-def _student_caller(frame) -> str:
-    """The qualified name of the first function up the stack that the student wrote, or ""
-    from a cell's top level: where to look for a forbidden call."""
-    while frame is not None:
-        code = frame.f_code
-        if _is_student_code(frame):
-            qualname = getattr(code, "co_qualname", code.co_name)
-            return "" if qualname == "<module>" else qualname
-        frame = frame.f_back
-    return ""
-
-
 def load_exercise_state(module, state, may_miss=()) -> None:
     """Load a check's weights into the student's ``module`` (``strict=False``), or raise a
     KeyError that says from the module's side what differs. ``may_miss``: names the module
@@ -372,3 +210,10 @@ def load_exercise_state(module, state, may_miss=()) -> None:
 def make_bridge(namespace):
     """Called by the install snippet with the kernel's user namespace."""
     return _AutograderBridge(namespace)
+
+
+def kernel_source() -> str:
+    """What the kernel executes to define the bridge: the guard's source, then this file's
+    (standard library only; the kernel cannot import the autograder)."""
+    here = Path(__file__).resolve().parent
+    return "\n\n".join((here / name).read_text() for name in ("kernel_guard.py", "kernel_side.py"))

@@ -199,7 +199,7 @@ def _grade_notebook(job: Job, slot: int) -> NotebookResult:
         )
         lap("notebook")
         if session.alive():
-            session.install_bridge(Path(kernel_side.__file__).read_text())
+            session.install_bridge(kernel_side.kernel_source())
         submission = Submission(session, nb, session.storage.exchange_dir, forbid=job.forbid,
                                 call_timeout=job.limits.call_timeout)
         result.checks, transcripts = run_checks(Path(job.checks_dir), submission)
