@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import tempfile
 from pathlib import Path
 
 from .course import AssignmentSpec, available_assignments, notebook_from_text
 from .similarity import Settings, given_names, kgram_hashes, normalise, winnow
-from .student_build import stage_student_toolkit
 
 #: Share of a locked solution's fingerprints that a leftover definition must hold to count.
 THRESHOLD = 0.65
@@ -121,12 +119,3 @@ def answer_overlaps(staged: Path, assignments_dir: Path, unlocked=(),
                     if share >= threshold:
                         found.append(Overlap(assignment, exercise, definition, share))
     return sorted(found, key=lambda o: -o.share)
-
-
-def student_toolkit_overlaps(assignments_dir: Path, unlocked=()) -> list[Overlap]:
-    """:func:`answer_overlaps` of the student toolkit that ``unlocked`` gives (staged in a
-    temporary folder; about five seconds for this course)."""
-    with tempfile.TemporaryDirectory(prefix="student-toolkit-check-") as tmp:
-        staged = Path(tmp) / "toolkit"
-        stage_student_toolkit(staged, assignments_dir, unlocked)
-        return answer_overlaps(staged, assignments_dir, unlocked)

@@ -45,13 +45,16 @@ def cmd_release(args) -> int:
     if not (course.root / "nbgrader_config.py").exists():
         course.init()
     if args.student_toolkit:
-        from .answer_overlap import student_toolkit_overlaps
+        from .answer_overlap import answer_overlaps
         from .student_build import build_student_toolkit
 
-        wheel = build_student_toolkit(course.root / "student-toolkit", course.assignments_dir,
-                                      unlocked=args.unlock or [])
+        unlocked, overlaps = args.unlock or [], []
+        wheel = build_student_toolkit(
+            course.root / "student-toolkit", course.assignments_dir, unlocked=unlocked,
+            inspect=lambda staged: overlaps.extend(
+                answer_overlaps(staged, course.assignments_dir, unlocked)))
         print(f"Student toolkit: {wheel}")
-        for overlap in student_toolkit_overlaps(course.assignments_dir, args.unlock or []):
+        for overlap in overlaps:
             print(f"warning: {overlap}. Students can copy it: list it in that assignment's "
                   "`withhold` (assignment.toml), unless it only shares a pattern with the "
                   "answer.")

@@ -151,27 +151,25 @@ class ForbidGuard:
         return undo
 
     @staticmethod
-    def _swap(owner, attr, original, new, undo):
+    def _put(owner, attr, value) -> bool:
+        """Set a module's attribute, or a table's entry or keyword default (a dict);
+        False where the owner refuses."""
         try:
-            if isinstance(owner, dict):  # a table's entry, or a keyword default
-                owner[attr] = new
-            else:
-                setattr(owner, attr, new)
-            undo.append((owner, attr, original, new))
-        except (AttributeError, TypeError):
-            pass
-
-    @staticmethod
-    def unguard(undo):
-        for owner, attr, original, _ in reversed(undo):
             if isinstance(owner, dict):
-                owner[attr] = original
+                owner[attr] = value
             else:
-                try:
-                    setattr(owner, attr, original)
-                except (AttributeError, TypeError):
-                    pass
+                setattr(owner, attr, value)
+            return True
+        except (AttributeError, TypeError):
+            return False
 
+    def _swap(self, owner, attr, original, new, undo):
+        if self._put(owner, attr, new):
+            undo.append((owner, attr, original, new))
+
+    def unguard(self, undo):
+        for owner, attr, original, _ in reversed(undo):
+            self._put(owner, attr, original)
 
 def _is_student_code(frame) -> bool:
     """A frame of the notebook's own cells (they run in ``__main__``), not of the checks'

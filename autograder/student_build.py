@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from .course import AssignmentSpec, CourseError, available_assignments, notebook_from_text
@@ -175,14 +176,19 @@ def stage_student_toolkit(target: Path, assignments_dir: Path, unlocked=(),
 
 
 def build_student_toolkit(
-    out_dir: Path, assignments_dir: Path, unlocked: list[str] = ()
+    out_dir: Path, assignments_dir: Path, unlocked: list[str] = (),
+    inspect: Callable[[Path], object] | None = None,
 ) -> Path:
     """Build the student wheel into ``out_dir``; every assignment not in ``unlocked`` is
-    locked. Returns the wheel's path."""
+    locked. ``inspect`` is called with the staged package folder before the wheel is made
+    (``autograder release`` compares it with the locked solutions). Returns the wheel's
+    path."""
     locked = sorted(set(available_assignments(assignments_dir)) - set(unlocked))
     with tempfile.TemporaryDirectory(prefix="student-toolkit-") as tmp:
         project = Path(tmp)
         stubbed = stage_student_toolkit(project / "toolkit", assignments_dir, unlocked)
+        if inspect is not None:
+            inspect(project / "toolkit")
         fingerprint = hashlib.sha256("\n".join(sorted(stubbed)).encode()).hexdigest()[:10]
         (project / "pyproject.toml").write_text(_PYPROJECT.format(
             name=DISTRIBUTION, version=f"0.1.0+student.{fingerprint}",

@@ -184,9 +184,9 @@ def test_the_toolkits_other_routes_to_an_answer_trip(bridge, tmp_path, assignmen
     _assert_restored(bridge)
 
 
-def test_a_backend_is_looked_up_when_called(bridge, tmp_path):
-    """The capstone model picks its attention by name at each call, so a forbidden backend
-    function trips however the model reaches it (a table of the functions kept them)."""
+def test_a_forbidden_backend_trips_through_the_models_table(bridge, tmp_path):
+    """The capstone model picks its attention from a table of backend functions: a
+    forbidden one trips when the model reaches it through that table."""
     exec("from toolkit.models.backends import causal_attention\n"
          "def shortcut(x, pos):\n    return causal_attention(x, x, x, 'reference')", bridge.ns)
     forbidden = "toolkit.models.backends.reference_attention"
