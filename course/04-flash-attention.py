@@ -193,7 +193,7 @@ print("FlashAttention.apply == flash_attention:", same)
 # arithmetic and masked loads; Triton compiles it and runs a grid of programs in parallel.
 # Assignment 04 asks you to write this kernel. The toolkit's tuned version runs below, in
 # the interpreter on a CPU (slow, NumPy underneath, so the shapes are tiny) and compiled on
-# a GPU.
+# a GPU; in a course, the toolkit you install holds it back until Assignment 04 is unlocked.
 
 # %%
 from toolkit.kernels import HAS_TRITON, flash_attention_tuned, interpreter_active  # noqa: E402
