@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,12 @@ from .submissions import solution_defined_names
 
 PACKAGE = Path(__file__).resolve().parent.parent / "toolkit"
 DISTRIBUTION = "transformers-course-toolkit"
+
+# The libraries the toolkit imports. The wheel asks for each at the version this project
+# itself requires, read from its installed metadata, so a student's kernel runs what the
+# grader runs and the two lists cannot drift apart (a test scans the toolkit's imports).
+TOOLKIT_LIBRARIES = ("torch", "triton", "numpy", "safetensors", "matplotlib", "ipywidgets",
+                     "tqdm")
 
 
 def graded_names(spec: AssignmentSpec) -> set[str]:
@@ -81,6 +88,30 @@ def withheld_file(dotted: str, spec: AssignmentSpec, package: Path = PACKAGE) ->
             return candidate.relative_to(package), name
     raise CourseError(f"{where}: there is no module {'.'.join(module)} "
                       f"(looked for {base.with_suffix('.py')})")
+
+
+def student_requirements() -> list[str]:
+    """The wheel's dependencies: this project's own requirement (version and platform
+    marker) for each of :data:`TOOLKIT_LIBRARIES`, e.g. ``triton==3.7.1; platform_system
+    == "Linux"``, which a CPU-only PyTorch does not bring but 04's interpreter needs."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    try:
+        declared = [Requirement(line) for line in requires(DISTRIBUTION) or []]
+    except PackageNotFoundError:
+        raise CourseError(f"{DISTRIBUTION} is not installed, so its requirements are "
+                          f"unknown: run `pip install -e .` in the project first") from None
+    wanted = {canonicalize_name(name) for name in TOOLKIT_LIBRARIES}
+    chosen = [req for req in declared
+              if canonicalize_name(req.name) in wanted and "extra" not in str(req.marker)]
+    missing = wanted - {canonicalize_name(req.name) for req in chosen}
+    if missing:
+        raise CourseError(f"pyproject.toml requires none of {', '.join(sorted(missing))}, "
+                          f"which the toolkit imports: add them to [project] dependencies")
+    return sorted(str(req) for req in chosen)
 
 
 def module_level_definitions(statements: list[ast.stmt]):
@@ -192,7 +223,8 @@ def build_student_toolkit(
         fingerprint = hashlib.sha256("\n".join(sorted(stubbed)).encode()).hexdigest()[:10]
         (project / "pyproject.toml").write_text(_PYPROJECT.format(
             name=DISTRIBUTION, version=f"0.1.0+student.{fingerprint}",
-            locked=", ".join(locked) or "none"))
+            locked=", ".join(locked) or "none",
+            dependencies=", ".join(map(json.dumps, student_requirements()))))
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         for old in out_dir.glob("*.whl"):
@@ -220,7 +252,7 @@ name = "{name}"
 version = "{version}"
 description = "The course toolkit for students; exercises of locked assignments are stubs: {locked}"
 requires-python = ">=3.10"
-dependencies = ["torch", "numpy", "matplotlib", "ipywidgets", "safetensors"]
+dependencies = [{dependencies}]
 
 [tool.setuptools.packages.find]
 include = ["toolkit*"]

@@ -3,6 +3,7 @@ that name their assignment, and every widget still builds (and says what it need
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -130,6 +131,39 @@ def test_the_wheel_holds_the_toolkit_only(student_venv):
     wheel, _, _ = student_venv
     top = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
     assert "toolkit" in top and not top & {"autograder", "assignments", "tests"}
+
+
+def test_the_wheel_requires_every_library_the_toolkit_imports(student_venv):
+    """A student installs the wheel into an empty environment: each library that a module
+    of the wheel imports must come with it (``tqdm`` for the training loop, and Triton on
+    Linux, which a CPU-only PyTorch does not bring), at the version the grader runs."""
+    from importlib.metadata import packages_distributions
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    wheel, _, _ = student_venv
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = next(archive.read(name).decode() for name in archive.namelist()
+                        if name.endswith(".dist-info/METADATA"))
+        imported = set()
+        for name in archive.namelist():
+            if name.endswith(".py"):
+                for node in ast.walk(ast.parse(archive.read(name))):
+                    if isinstance(node, ast.Import):
+                        imported |= {alias.name.split(".")[0] for alias in node.names}
+                    elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                        imported.add(node.module.split(".")[0])
+    required = {canonicalize_name(Requirement(line.split(":", 1)[1]).name): line
+                for line in metadata.splitlines() if line.startswith("Requires-Dist:")}
+    libraries = imported - set(sys.stdlib_module_names) - {"toolkit"}
+    assert {"torch", "tqdm", "triton"} <= libraries  # the scan sees the toolkit's imports
+    owners = packages_distributions()
+    missing = {name for name in libraries
+               if not {canonicalize_name(d) for d in owners.get(name, [name])} & set(required)}
+    assert not missing, f"the wheel does not require {sorted(missing)}: {sorted(required)}"
+    assert 'platform_system == "Linux"' in required["triton"]
+    assert "torch==" in required["torch"]  # the version the grader runs
 
 
 def test_graded_functions_are_stubs_and_every_widget_builds(student_venv, tmp_path):

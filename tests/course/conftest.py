@@ -1,9 +1,18 @@
 """A Jupyter kernel whose ``toolkit`` is the student wheel, for the tests that run the
-course's notebooks as a student of a course that installs it."""
+course's notebooks as a student of a course that installs it.
+
+By default the kernel borrows torch, ipykernel and the rest from the project's venv. To
+try the wheel as a student installs it, on another Python, point ``STUDENT_VENV`` at a
+venv of that Python into which the wheel's requirements and ipykernel are installed
+(``python3.10 -m venv v && v/bin/pip install <wheel> ipykernel``): each case installs its
+wheel there (``--no-deps``, so nothing else changes) and the kernel runs that venv's
+Python, e.g. ``STUDENT_VENV=v pytest tests/course/test_assignments_student_toolkit.py``.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import sysconfig
@@ -29,13 +38,16 @@ def student_kernel(tmp_path_factory, monkeypatch_module):
     finder.
     """
     root = tmp_path_factory.mktemp("student")
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    own = os.environ.get("STUDENT_VENV")
+    venv = Path(own).absolute() if own else root / "venv"
+    if not own:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     site = Path(subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True, capture_output=True, text=True).stdout.strip())
-    (site / "project-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    if not own:
+        (site / "project-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     spec = root / "jupyter" / "kernels" / "student"
     spec.mkdir(parents=True)
     (spec / "kernel.json").write_text(json.dumps({
