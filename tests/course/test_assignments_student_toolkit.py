@@ -15,6 +15,11 @@ and asks for no error and no widget that shows, instead of its figure, which fun
 needs. (A widget placed before a later exercise of its notebook draws everything else and
 says, in that panel or row, what it waits for.) The training cells are shortened to a few
 steps (the shortening must still match the notebook).
+
+The same wheel then runs N's notebook as released, every exercise a stub: what a student
+sees at the first Run All. Every error must be one line saying what is missing
+(``toolkit.notebook.friendly_errors``), including where given code calls a toolkit
+function that the wheel stubs, never a traceback.
 """
 
 from __future__ import annotations
@@ -22,15 +27,18 @@ from __future__ import annotations
 import html
 import re
 
+import nbformat
 import pytest
 from nbclient import NotebookClient
 
 from autograder.course import (
     ASSIGNMENTS_DIR,
     AssignmentSpec,
+    Course,
     available_assignments,
     notebook_from_text,
 )
+from toolkit.notebook import MARK
 
 pytestmark = pytest.mark.slow
 
@@ -86,4 +94,27 @@ def test_the_solved_notebook_runs_on_the_student_toolkit(name, student_kernel, n
                      if WIDGET_STOPPED in (value := str(model.get("state", {}).get("value", "")))]
         assert not problems, (
             f"{name}/{notebook}, solved, under the student toolkit (unlocked: "
+            f"{', '.join(unlocked) or 'none'}):\n" + "\n".join(problems))
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_the_fresh_notebook_runs_on_the_student_toolkit(name, student_kernel, notebook_env,
+                                                         tmp_path):
+    unlocked = ASSIGNMENTS[:ASSIGNMENTS.index(name)]
+    student_kernel(unlocked)
+    course = Course(tmp_path / "course")
+    course.init()
+    folder = course.release(name, exchange=False)
+    for path in sorted(folder.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        NotebookClient(nb, timeout=600, kernel_name="student", allow_errors=True,
+                       resources={"metadata": {"path": str(folder)}}).execute()
+        cells = [c for c in nb.cells if c.cell_type == "code"]
+        errors = [(i, o) for i, c in enumerate(cells) for o in c.outputs
+                  if o.output_type == "error"]
+        assert errors, f"{path.name}: no stub raised; is this the released notebook?"
+        problems = [f"code cell {i}: {o.ename}: {o.traceback[:3]}" for i, o in errors
+                    if len(o.traceback) != 1 or not o.traceback[0].startswith(MARK)]
+        assert not problems, (
+            f"{name}/{path.name}, fresh, under the student toolkit (unlocked: "
             f"{', '.join(unlocked) or 'none'}):\n" + "\n".join(problems))
