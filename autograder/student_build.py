@@ -206,6 +206,19 @@ def stage_student_toolkit(target: Path, assignments_dir: Path, unlocked=(),
     return stubbed
 
 
+def wheel_version(staged: Path, requirements: list[str]) -> str:
+    """``0.1.0+student.<hash>``, the hash of every file of the staged package and of the
+    requirements. pip keeps an installed wheel whose version equals the new one's, so a
+    fix to the toolkit or a newly unlocked assignment must change it; an unchanged tree
+    keeps it, and students who install the same build again download nothing."""
+    digest = hashlib.sha256("\n".join(requirements).encode())
+    for path in sorted(staged.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(path.relative_to(staged).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return f"0.1.0+student.{digest.hexdigest()[:10]}"
+
+
 def build_student_toolkit(
     out_dir: Path, assignments_dir: Path, unlocked: list[str] = (),
     inspect: Callable[[Path], object] | None = None,
@@ -217,14 +230,14 @@ def build_student_toolkit(
     locked = sorted(set(available_assignments(assignments_dir)) - set(unlocked))
     with tempfile.TemporaryDirectory(prefix="student-toolkit-") as tmp:
         project = Path(tmp)
-        stubbed = stage_student_toolkit(project / "toolkit", assignments_dir, unlocked)
+        stage_student_toolkit(project / "toolkit", assignments_dir, unlocked)
         if inspect is not None:
             inspect(project / "toolkit")
-        fingerprint = hashlib.sha256("\n".join(sorted(stubbed)).encode()).hexdigest()[:10]
+        requirements = student_requirements()
         (project / "pyproject.toml").write_text(_PYPROJECT.format(
-            name=DISTRIBUTION, version=f"0.1.0+student.{fingerprint}",
+            name=DISTRIBUTION, version=wheel_version(project / "toolkit", requirements),
             locked=", ".join(locked) or "none",
-            dependencies=", ".join(map(json.dumps, student_requirements()))))
+            dependencies=", ".join(map(json.dumps, requirements))))
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         for old in out_dir.glob("*.whl"):

@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 
 from autograder.course import AssignmentSpec
-from autograder.student_build import build_student_toolkit, graded_names
+from autograder.student_build import (
+    build_student_toolkit,
+    graded_names,
+    stage_student_toolkit,
+    student_requirements,
+    wheel_version,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -164,6 +170,22 @@ def test_the_wheel_requires_every_library_the_toolkit_imports(student_venv):
     assert not missing, f"the wheel does not require {sorted(missing)}: {sorted(required)}"
     assert 'platform_system == "Linux"' in required["triton"]
     assert "torch==" in required["torch"]  # the version the grader runs
+
+
+def test_a_changed_toolkit_gets_a_new_version(tmp_path):
+    """pip keeps an installed wheel of the same version: a mid-term fix to the toolkit, or
+    an assignment unlocked, must reach students who install the new build."""
+    requirements = student_requirements()
+    stage_student_toolkit(tmp_path / "a", ASSIGNMENTS)
+    stage_student_toolkit(tmp_path / "b", ASSIGNMENTS)
+    stage_student_toolkit(tmp_path / "unlocked", ASSIGNMENTS, ["01-attention"])
+    same = wheel_version(tmp_path / "a", requirements)
+    assert same == wheel_version(tmp_path / "b", requirements)  # reproducible
+    assert wheel_version(tmp_path / "unlocked", requirements) != same
+    with (tmp_path / "b" / "data.py").open("a") as f:
+        f.write("# a fix\n")
+    assert wheel_version(tmp_path / "b", requirements) != same
+    assert wheel_version(tmp_path / "a", [*requirements, "extra>=1"]) != same
 
 
 def test_graded_functions_are_stubs_and_every_widget_builds(student_venv, tmp_path):
