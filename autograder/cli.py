@@ -54,11 +54,15 @@ def cmd_release(args) -> int:
             inspect=lambda staged: overlaps.extend(
                 answer_overlaps(staged, course.assignments_dir, unlocked)))
         print(f"Student toolkit: {wheel}")
+        locked = sorted(set(available_assignments(course.assignments_dir)) - set(unlocked))
+        print(f"Locked (answers stubbed or withheld): {', '.join(locked) or 'none'}; "
+              f"unlocked: {', '.join(unlocked) or 'none'} (--unlock NAME after a deadline)")
         for overlap in overlaps:
             print(f"warning: {overlap}. Students can copy it: list it in that assignment's "
                   "`withhold` (assignment.toml), unless it only shares a pattern with the "
                   "answer.")
-        print("Students install it with: pip install " + str(wheel))
+        print("Students install it with: pip install " + str(wheel) + " (the same command "
+              "replaces an earlier build)")
         if not (args.all or args.name):
             return 0
     if not args.all and not args.name:

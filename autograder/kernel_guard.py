@@ -21,9 +21,9 @@ class ForbidGuard:
     them means walking those modules (all of torch for a torch name), so the places are
     worked out once per forbid list and reused until another module is imported. In the
     course's own package a module may also keep the object in a table (a dict of the
-    functions a widget draws with) or as a function's keyword default (``mask_fn=
-    mask_tokens``); those entries are replaced too. Third-party packages' tables are left
-    alone: they may be the library's own dispatch, in use while the check runs.
+    functions a widget draws with), as a function's default (``mask_fn=mask_tokens``) or
+    in a function's closure; those places are replaced too. Third-party packages' tables
+    are left alone: they may be the library's own dispatch, in use while the check runs.
     """
 
     _OWN_PACKAGE = "toolkit"
@@ -106,14 +106,16 @@ class ForbidGuard:
     @staticmethod
     def _held_in(value, objects, labels):
         """``[(table, key, object, label)]`` for each forbidden object that ``value`` (a
-        module-level dict, or a function with keyword defaults) holds."""
+        module-level dict, or a function's defaults and closure) holds."""
         if isinstance(value, dict):
-            table = value
-        elif isinstance(value, types.FunctionType) and value.__kwdefaults__:
-            table = value.__kwdefaults__
+            tables = [value]
+        elif isinstance(value, types.FunctionType):
+            tables = [table for table in (value.__kwdefaults__, _Defaults(value),
+                                          _Closure(value)) if table]
         else:
             return []
-        return [(table, key, item, labels[id(item)]) for key, item in list(table.items())
+        return [(table, key, item, labels[id(item)]) for table in tables
+                for key, item in list(table.items())
                 if item is not None and objects.get(id(item)) is item]
 
     def guard(self, forbidden, violations, callers=None):
@@ -137,7 +139,8 @@ class ForbidGuard:
         sites, labels = self._forbidden_sites(forbidden)
         blocked = {}
         for owner, attr, original, name in sites:
-            current = owner.get(attr) if isinstance(owner, dict) else getattr(owner, attr, None)
+            current = (owner.get(attr) if isinstance(owner, _TABLES)
+                       else getattr(owner, attr, None))
             if current is original:
                 new = blocked.setdefault(id(original), tripwire(name, original))
                 self._swap(owner, attr, original, new, undo)
@@ -152,10 +155,10 @@ class ForbidGuard:
 
     @staticmethod
     def _put(owner, attr, value) -> bool:
-        """Set a module's attribute, or a table's entry or keyword default (a dict);
+        """Set a module's attribute, or a table's entry, a default or a closure's cell;
         False where the owner refuses."""
         try:
-            if isinstance(owner, dict):
+            if isinstance(owner, _TABLES):
                 owner[attr] = value
             else:
                 setattr(owner, attr, value)
@@ -170,6 +173,60 @@ class ForbidGuard:
     def unguard(self, undo):
         for owner, attr, original, _ in reversed(undo):
             self._put(owner, attr, original)
+
+
+class _Defaults:
+    """A function's positional defaults as a table (position -> value) that can be set:
+    ``masking_example(sentence, mask_fn=mask_tokens)`` keeps ``mask_tokens`` there."""
+
+    def __init__(self, function):
+        self.function = function
+
+    def __bool__(self):
+        return bool(self.function.__defaults__)
+
+    def items(self):
+        return enumerate(self.function.__defaults__ or ())
+
+    def get(self, position):
+        return self.function.__defaults__[position]
+
+    def __setitem__(self, position, value):
+        values = list(self.function.__defaults__)
+        values[position] = value
+        self.function.__defaults__ = tuple(values)
+
+
+class _Closure:
+    """The cells of a function's closure as a table (position -> contents) that can be
+    set: a function made by a factory keeps what the factory was given there."""
+
+    def __init__(self, function):
+        self.cells = function.__closure__ or ()
+
+    def __bool__(self):
+        return bool(self.cells)
+
+    def items(self):
+        for position, cell in enumerate(self.cells):
+            try:
+                yield position, cell.cell_contents
+            except ValueError:  # a cell not filled yet
+                continue
+
+    def get(self, position):
+        try:
+            return self.cells[position].cell_contents
+        except ValueError:
+            return None
+
+    def __setitem__(self, position, value):
+        self.cells[position].cell_contents = value
+
+
+#: Owners whose places are entries (``owner[key]``), not attributes.
+_TABLES = (dict, _Defaults, _Closure)
+
 
 def _is_student_code(frame) -> bool:
     """A frame of the notebook's own cells (they run in ``__main__``), not of the checks'

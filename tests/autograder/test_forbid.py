@@ -73,6 +73,13 @@ def _call(bridge, tmp_path, name, forbid):
     return json.loads((tmp_path / "reply.json").read_text())
 
 
+def _returned(tmp_path, reply):
+    """The tensor the called function returned."""
+    from safetensors.torch import load_file
+
+    return load_file(str(tmp_path / "reply.safetensors"))[reply["result"]["key"]]
+
+
 def _assert_restored(bridge):
     assert toolkit.position.apply_rope is APPLY_ROPE
     assert toolkit.position.rope.apply_rope is APPLY_ROPE
@@ -217,6 +224,39 @@ def test_a_forbidden_function_kept_in_a_toolkit_table_or_default_trips(bridge, t
          "    fn = toolkit.pretrain.evaluation_batch.__kwdefaults__['mask_fn']\n"
          "    return torch.tensor(float(hasattr(fn, '__wrapped_original__')))\n", bridge.ns)
     reply = _call(bridge, tmp_path, "default_seen", ["toolkit.mlm.mask_tokens"])
-    assert reply["ok"], reply
+    assert reply["ok"] and _returned(tmp_path, reply).item() == 1.0, reply
     assert toolkit.pretrain.evaluation_batch.__kwdefaults__["mask_fn"] is mask_tokens
+    _assert_restored(bridge)
+
+
+def test_a_forbidden_function_in_a_positional_default_or_closure_trips(bridge, tmp_path,
+                                                                       monkeypatch):
+    """A positional default (``masking_example(sentence, mask_fn=mask_tokens)``) and a
+    closure's cell (a function a factory made) are replaced too, and put back."""
+    import toolkit.mlm
+    from toolkit.widgets.blocks import masking
+
+    mask_tokens = toolkit.mlm.mask_tokens
+    made = types.ModuleType("toolkit._made_by_a_factory")  # the toolkit has none of these
+
+    def factory(fn):
+        def masked(*args, **kwargs):
+            return fn(*args, **kwargs)
+        return masked
+
+    made.masked = factory(mask_tokens)
+    monkeypatch.setitem(sys.modules, made.__name__, made)
+    exec("import torch, toolkit._made_by_a_factory as made\n"
+         "from toolkit.widgets.blocks import masking\n"
+         "def default_seen(x, pos):\n"
+         "    return torch.tensor(float(hasattr(masking.masking_example.__defaults__[0],\n"
+         "                                      '__wrapped_original__')))\n"
+         "def via_closure(x, pos):\n"
+         "    return made.masked(x)\n", bridge.ns)
+    reply = _call(bridge, tmp_path, "default_seen", ["toolkit.mlm.mask_tokens"])
+    assert reply["ok"] and _returned(tmp_path, reply).item() == 1.0, reply  # the tripwire
+    assert masking.masking_example.__defaults__[0] is mask_tokens
+    reply = _call(bridge, tmp_path, "via_closure", ["toolkit.mlm.mask_tokens"])
+    assert reply["violations"] == ["toolkit.mlm.mask_tokens"], reply
+    assert made.masked.__closure__[0].cell_contents is mask_tokens
     _assert_restored(bridge)

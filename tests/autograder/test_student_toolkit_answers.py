@@ -142,3 +142,6 @@ def test_the_release_command_warns_of_an_answer_left_in_the_wheel(assignments, t
     assert "_flash_attn_fwd_kernel holds 90% of the answer to flash_attention_kernel " \
            "(04-flash-attention). Students can copy it: list it in that assignment's " \
            "`withhold`" in printed, printed
+    # What the wheel holds back, so the instructor can see it before handing it out.
+    assert "Locked (answers stubbed or withheld): 01-attention, 02-positional" in printed
+    assert "; unlocked: none (--unlock NAME after a deadline)" in printed, printed
