@@ -56,12 +56,15 @@ def student_kernel(tmp_path_factory, monkeypatch_module):
     monkeypatch_module.setenv("JUPYTER_PATH", str(root / "jupyter"))
 
     installed = None  # the ``unlocked`` of the wheel in place
+    built: dict[tuple, Path] = {}  # unlocked -> its wheel, built once per module
 
     def install(unlocked=()) -> Path:
         nonlocal installed
         if installed != list(unlocked):
-            wheel = build_student_toolkit(root / f"wheel-{len(unlocked)}",
-                                          ROOT / "assignments", list(unlocked))
+            wheel = built.get(tuple(unlocked))
+            if wheel is None:
+                wheel = built[tuple(unlocked)] = build_student_toolkit(
+                    root / f"wheel-{len(built)}", ROOT / "assignments", list(unlocked))
             subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
                             "--quiet", "--force-reinstall", "--no-deps", "--no-index",
                             str(wheel)], check=True)
