@@ -139,9 +139,7 @@ class ForbidGuard:
         sites, labels = self._forbidden_sites(forbidden)
         blocked = {}
         for owner, attr, original, name in sites:
-            current = (owner.get(attr) if isinstance(owner, _TABLES)
-                       else getattr(owner, attr, None))
-            if current is original:
+            if self._get(owner, attr) is original:
                 new = blocked.setdefault(id(original), tripwire(name, original))
                 self._swap(owner, attr, original, new, undo)
         # Names the student bound to a forbidden object (``from m import f as g``).
@@ -152,6 +150,11 @@ class ForbidGuard:
                 undo.append((self.ns, key, value, new))
                 self.ns[key] = new
         return undo
+
+    @staticmethod
+    def _get(owner, attr):
+        """What a module's attribute, a table's entry, a default or a closure's cell holds."""
+        return owner.get(attr) if isinstance(owner, _TABLES) else getattr(owner, attr, None)
 
     @staticmethod
     def _put(owner, attr, value) -> bool:
@@ -215,10 +218,7 @@ class _Closure:
                 continue
 
     def get(self, position):
-        try:
-            return self.cells[position].cell_contents
-        except ValueError:
-            return None
+        return dict(self.items()).get(position)
 
     def __setitem__(self, position, value):
         self.cells[position].cell_contents = value

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .course import AssignmentSpec, CourseError, available_assignments, notebook_from_text
+from .prepare_checkpoint import files_digest
 from .submissions import solution_defined_names
 
 PACKAGE = Path(__file__).resolve().parent.parent / "toolkit"
@@ -211,11 +212,7 @@ def wheel_version(staged: Path, requirements: list[str]) -> str:
     requirements. pip keeps an installed wheel whose version equals the new one's, so a
     fix to the toolkit or a newly unlocked assignment must change it; an unchanged tree
     keeps it, and students who install the same build again download nothing."""
-    digest = hashlib.sha256("\n".join(requirements).encode())
-    for path in sorted(staged.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(path.relative_to(staged).as_posix().encode() + b"\0")
-            digest.update(path.read_bytes() + b"\0")
+    digest = hashlib.sha256("\n".join(requirements).encode() + files_digest([staged]))
     return f"0.1.0+student.{digest.hexdigest()[:10]}"
 
 
