@@ -10,22 +10,24 @@ from pathlib import Path
 from .course import CourseError
 
 
-def _positive(kind):
-    """An argparse type: a number of ``kind`` above zero (argparse names the option)."""
+def _positive(kind, zero_too=False):
+    """An argparse type: a number of ``kind`` above zero, or from zero on with ``zero_too``
+    (argparse names the option)."""
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             what = "a whole number" if kind is int else "a number"
             raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{text} must be above 0")
+        if not (value >= 0 if zero_too else value > 0):
+            least = "0 or more" if zero_too else "above 0"
+            raise argparse.ArgumentTypeError(f"{text} must be {least}")
         return value
 
     return parse
 
 
-COUNT, SECONDS = _positive(int), _positive(float)
+COUNT, SECONDS, WAIT = _positive(int), _positive(float), _positive(float, zero_too=True)
 
 
 def FRACTION(text: str) -> float:  # noqa: N802 - an argparse type, named like COUNT

@@ -1,5 +1,5 @@
 """The ``autograder`` command line: init, release, collect, grade, report, export, feedback,
-validate, new and demo (the contract is in the README; scripts and tests rely on it)."""
+validate, new, demo, serve-checks (the contract is in the README; scripts and tests use it)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import datetime
 import sys
 from pathlib import Path
 
-from .arguments import COUNT, FRACTION, SECONDS, check_report_options, output_file
+from .arguments import COUNT, FRACTION, SECONDS, WAIT, check_report_options, output_file
 from .course import Course, CourseError, available_assignments
 
 
@@ -44,29 +44,16 @@ def cmd_release(args) -> int:
     course = _course(args)
     if not (course.root / "nbgrader_config.py").exists():
         course.init()
-    if args.student_toolkit:
-        from .answer_overlap import answer_overlaps
-        from .student_build import build_student_toolkit
+    if args.student_toolkit or args.student_lab:
+        from .student_build import release_student_builds
 
-        unlocked, overlaps = args.unlock or [], []
-        wheel = build_student_toolkit(
-            course.root / "student-toolkit", course.assignments_dir, unlocked=unlocked,
-            inspect=lambda staged: overlaps.extend(
-                answer_overlaps(staged, course.assignments_dir, unlocked)))
-        print(f"Student toolkit: {wheel}")
-        locked = sorted(set(available_assignments(course.assignments_dir)) - set(unlocked))
-        print(f"Locked (answers stubbed or withheld): {', '.join(locked) or 'none'}; "
-              f"unlocked: {', '.join(unlocked) or 'none'} (--unlock NAME after a deadline)")
-        for overlap in overlaps:
-            print(f"warning: {overlap}. Students can copy it: list it in that assignment's "
-                  "`withhold` (assignment.toml), unless it only shares a pattern with the "
-                  "answer.")
-        print("Students install it with: pip install " + str(wheel) + " (the same command "
-              "replaces an earlier build)")
+        release_student_builds(course, toolkit=args.student_toolkit, lab=args.student_lab,
+                               unlocked=args.unlock or [])
         if not (args.all or args.name):
             return 0
     if not args.all and not args.name:
-        raise CourseError("name an assignment, or pass --all or --student-toolkit")
+        raise CourseError("name an assignment, or pass --all, --student-toolkit or "
+                          "--student-lab")
     outline = course.outline()
     names = outline.names() if args.all else [args.name]
     if args.all:
@@ -207,6 +194,17 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_serve_checks(args) -> int:
+    from .labext.shared_server import serve
+
+    try:
+        serve(args.socket, _course(args).root, workers=args.workers,
+              cooldown_seconds=args.cooldown)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the usual way a service stops
+        print("\nautograder: the check service stopped", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="autograder",
@@ -224,12 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         p.set_defaults(func=func)
         if name not in ("validate", "demo", "new"):
-            p.add_argument(
-                "--course",
-                type=Path,
-                default=None,
-                help="course workspace (default: course-workspace/ in the checkout)",
-            )
+            p.add_argument("--course", type=Path, default=None,
+                           help="course workspace (default: course-workspace/ in the checkout)")
         return p
 
     p = add("init", cmd_init, "create a course workspace wired to assignments/")
@@ -250,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--student-toolkit", action="store_true",
                    help="build the wheel students install: the toolkit with the exercises of "
                         "every locked assignment as stubs (written to <course>/student-toolkit/)")
+    p.add_argument("--student-lab", action="store_true",
+                   help="build the Course panel for students' servers on a shared machine, "
+                        "checks sent to serve-checks (written to <course>/student-lab/)")
     p.add_argument("--unlock", action="append", metavar="NAME",
                    help="with --student-toolkit: include this assignment's solutions "
                         "(after its deadline; repeatable)")
@@ -272,11 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["table", "csv", "json"], default="table",
                    help="table (default, for reading), csv (spreadsheets) or json (scripts)")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG plot here")
-    p.add_argument(
-        "--similarity",
-        action="store_true",
-        help="list pairs of near-copies (and copies of the reference) instead of scores",
-    )
+    p.add_argument("--similarity", action="store_true",
+                   help="list pairs of near-copies (and copies of the reference) instead of scores")
     p.add_argument("--threshold", type=FRACTION, default=None, help="similarity flag (default 0.6)")
     p.add_argument("--min-tokens", type=COUNT, default=None, help="shortest exercise compared")
     p.add_argument("--html", type=Path, default=None, help="similarity page (default: reports/)")
@@ -284,15 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--format", choices=["csv", "canvas", "json"], default="csv")
     p.add_argument("--output", type=Path, default=None, help="write here instead of stdout")
-    p.add_argument(
-        "--canvas-column", default=None, help='Canvas grade column, e.g. "Attention (1234)"'
-    )
-    p.add_argument(
-        "--canvas-key",
-        choices=["sis_login_id", "sis_user_id", "id"],
-        default="sis_login_id",
-        help="Canvas column that holds the nbgrader student id (default: SIS Login ID)",
-    )
+    p.add_argument("--canvas-column", default=None,
+                   help='Canvas grade column, e.g. "Attention (1234)"')
+    p.add_argument("--canvas-key", choices=["sis_login_id", "sis_user_id", "id"],
+                   default="sis_login_id",
+                   help="Canvas column that holds the nbgrader student id (default: SIS Login ID)")
     p = add("feedback", cmd_feedback, "HTML feedback for every graded student (nbgrader)")
     p.add_argument("name", help="the assignment to write feedback for")
     p = add("validate", cmd_validate,
@@ -309,6 +299,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", default=None, help="where to put the demo course (default: a temp dir)")
     p.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
     p.add_argument("--workers", type=COUNT, default=2, help="parallel kernels (default: 2)")
+    p = add("serve-checks", cmd_serve_checks, '"Check my work" on a shared server: check the '
+            "notebooks students' Jupyter servers send to a Unix socket, as this user")
+    p.add_argument("--socket", type=Path, required=True, help="where to listen, e.g. "
+                   "/run/autograder/check.sock (students' servers: c.CourseLab.check_service)")
+    p.add_argument("--workers", type=COUNT, default=1, help="checks at once (default: 1)")
+    p.add_argument("--cooldown", type=WAIT, default=10.0,
+                   help="seconds a student waits between two checks that run (default: 10)")
     return parser
 
 

@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -91,10 +92,10 @@ def withheld_file(dotted: str, spec: AssignmentSpec, package: Path = PACKAGE) ->
                       f"(looked for {base.with_suffix('.py')})")
 
 
-def student_requirements() -> list[str]:
+def student_requirements(libraries=TOOLKIT_LIBRARIES) -> list[str]:
     """The wheel's dependencies: this project's own requirement (version and platform
-    marker) for each of :data:`TOOLKIT_LIBRARIES`, e.g. ``triton==3.7.1; platform_system
-    == "Linux"``, which a CPU-only PyTorch does not bring but 04's interpreter needs."""
+    marker) for each of ``libraries``, e.g. ``triton==3.7.1; platform_system == "Linux"``,
+    which a CPU-only PyTorch does not bring but 04's interpreter needs."""
     from importlib.metadata import PackageNotFoundError, requires
 
     from packaging.requirements import Requirement
@@ -105,13 +106,14 @@ def student_requirements() -> list[str]:
     except PackageNotFoundError:
         raise CourseError(f"{DISTRIBUTION} is not installed, so its requirements are "
                           f"unknown: run `pip install -e .` in the project first") from None
-    wanted = {canonicalize_name(name) for name in TOOLKIT_LIBRARIES}
+    wanted = {canonicalize_name(name) for name in libraries}
     chosen = [req for req in declared
               if canonicalize_name(req.name) in wanted and "extra" not in str(req.marker)]
     missing = wanted - {canonicalize_name(req.name) for req in chosen}
     if missing:
         raise CourseError(f"pyproject.toml requires none of {', '.join(sorted(missing))}, "
-                          f"which the toolkit imports: add them to [project] dependencies")
+                          f"which the students' build imports: add them to [project] "
+                          "dependencies")
     return sorted(str(req) for req in chosen)
 
 
@@ -236,23 +238,60 @@ def build_student_toolkit(
             locked=", ".join(locked) or "none",
             dependencies=", ".join(map(json.dumps, requirements))))
         out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for old in out_dir.glob("*.whl"):
-            old.unlink()
-        done = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-             "--quiet", "-w", str(out_dir), str(project)],
-            capture_output=True, text=True)
-        if done.returncode != 0:
-            raise CourseError(
-                f"could not build the student toolkit wheel:\n{done.stderr[-2000:]}")
-    wheels = sorted(out_dir.glob("*.whl"))
+        return pip_wheel(project, out_dir, "student toolkit")
+
+
+def pip_wheel(project: Path, out_dir: Path, what: str) -> Path:
+    """Build the wheel of the staged ``project`` into ``out_dir``, in place of the wheels
+    of the same distribution built there before; returns its path."""
+    name = tomllib.loads((project / "pyproject.toml").read_text())["project"]["name"]
+    pattern = f"{name.replace('-', '_')}-*.whl"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob(pattern):
+        old.unlink()
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--quiet", "-w", str(out_dir), str(project)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise CourseError(f"could not build the {what} wheel:\n{done.stderr[-2000:]}")
+    wheels = sorted(out_dir.glob(pattern))
     if not wheels:
         raise CourseError(f"pip wrote no wheel into {out_dir}")
     return wheels[-1]
 
 
-_PYPROJECT = """\
+def release_student_builds(course, *, toolkit: bool, lab: bool, unlocked: list[str]) -> None:
+    """``autograder release --student-toolkit / --student-lab``: build and say what to do."""
+    if toolkit:
+        from .answer_overlap import answer_overlaps
+
+        overlaps: list[str] = []
+        wheel = build_student_toolkit(
+            course.root / "student-toolkit", course.assignments_dir, unlocked=unlocked,
+            inspect=lambda staged: overlaps.extend(
+                answer_overlaps(staged, course.assignments_dir, unlocked)))
+        print(f"Student toolkit: {wheel}")
+        locked = sorted(set(available_assignments(course.assignments_dir)) - set(unlocked))
+        print(f"Locked (answers stubbed or withheld): {', '.join(locked) or 'none'}; "
+              f"unlocked: {', '.join(unlocked) or 'none'} (--unlock NAME after a deadline)")
+        for overlap in overlaps:
+            print(f"warning: {overlap}. Students can copy it: list it in that assignment's "
+                  "`withhold` (assignment.toml), unless it only shares a pattern with the "
+                  "answer.")
+        print("Students install it with: pip install " + str(wheel) + " (the same command "
+              "replaces an earlier build)")
+    if lab:
+        from .student_lab import build_student_lab
+
+        wheel = build_student_lab(course.root / "student-lab")
+        print(f"Student lab: {wheel}\nOn a shared server, install it in the students' "
+              "Jupyter environment beside the student toolkit, set c.CheckService.socket "
+              "there, and run `autograder serve-checks --socket PATH` as a user students "
+              "are not")
+
+
+# What students' wheels share: built by setuptools, for the Pythons students may have.
+PYPROJECT_HEAD = """\
 [build-system]
 requires = ["setuptools>=68"]
 build-backend = "setuptools.build_meta"
@@ -260,10 +299,13 @@ build-backend = "setuptools.build_meta"
 [project]
 name = "{name}"
 version = "{version}"
-description = "The course toolkit for students; exercises of locked assignments are stubs: {locked}"
+description = "{description}"
 requires-python = ">=3.10"
 dependencies = [{dependencies}]
+"""
 
+_PYPROJECT = PYPROJECT_HEAD.replace("{description}", "The course toolkit for students; "
+                                    "exercises of locked assignments are stubs: {locked}") + """
 [tool.setuptools.packages.find]
 include = ["toolkit*"]
 

@@ -16,6 +16,14 @@ from __future__ import annotations
 LABEXTENSION_NAME = "transformers-course-lab"
 
 
+class CheckRefused(Exception):
+    """A request the service will not run; ``status`` is the HTTP status to answer."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
 def _jupyter_labextension_paths():
     return [{"src": "labextension", "dest": LABEXTENSION_NAME}]
 
@@ -27,8 +35,5 @@ def _jupyter_server_extension_points():
 def _load_jupyter_server_extension(serverapp):
     from .handlers import setup_handlers
 
-    lab = setup_handlers(serverapp)
-    course = lab.course()
-    serverapp.log.info("autograder.labext: course workspace %s",
-                       course.root if course else "not found (the panel says how to make one)")
+    serverapp.log.info("autograder.labext: %s", setup_handlers(serverapp).describe())
 

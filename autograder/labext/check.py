@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 import nbformat
@@ -32,11 +31,6 @@ from ..scoring import score_cells
 from ..slots import sandbox_slot
 from ..upstream import exercise_uses
 from ..workers import stops_cleanly
-
-#: What a submission folder may hold besides the notebook (the capstone's checkpoint).
-MAX_SIBLING_BYTES = 256 * 2**20
-#: Never copied into a check, whatever folder the notebook sits in.
-COURSE_FILES = {"gradebook.db", "nbgrader_config.py", "autograder.json"}
 
 
 @stops_cleanly
@@ -111,31 +105,7 @@ def warm_up(course_root: str, assignments_dir: str) -> bool:
         return forkserver.get(slot, hidden_from_kernels(course)) is not None
 
 
-# -- what is checked: the notebook and the files beside it --------------------------------
-def stage_submission(notebook: Path, target: Path, notebook_id: str) -> list[str]:
-    """Copy the notebook, as ``<notebook_id>.ipynb``, and the plain files beside it into
-    ``target`` (a private folder), the way a student would hand them in.
-
-    Skipped: other notebooks, sub-folders, links, hidden files, the course's own files,
-    and anything past :data:`MAX_SIBLING_BYTES` in all. Returns notes on what was skipped.
-    """
-    target.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(notebook, target / f"{notebook_id}.ipynb")
-    notes, total = [], 0
-    for item in sorted(notebook.parent.iterdir()):
-        if (item.suffix == ".ipynb" or item.name.startswith(".") or item.name in COURSE_FILES
-                or item.is_symlink() or not item.is_file()):
-            continue
-        size = item.stat().st_size
-        if total + size > MAX_SIBLING_BYTES:
-            notes.append(f"{item.name} was left out: the files beside the notebook may take "
-                         f"{MAX_SIBLING_BYTES // 2**20} MiB in all")
-            continue
-        total += size
-        shutil.copy2(item, target / item.name)
-    return notes
-
-
+# -- what is checked: the notebook and the files beside it (:mod:`.handin`) --------------
 def content_hash(notebook: nbformat.NotebookNode, folder: Path, checks_dir: Path,
                  assignment_toml: Path) -> str:
     """What decides a check's result, hashed: the notebook's cells without their outputs

@@ -9,7 +9,9 @@ before anything leaves the server:
 * a check's name is the first line of its docstring, which authors write for students;
   a parametrised case is numbered (``(case 2)``) instead of showing its parameters;
 * a message keeps its first line only, loses its hint (shown apart), and has every
-  number and every quoted string replaced by ``…``;
+  number and every quoted string replaced by ``…``, except a shape written as a tuple
+  (``has shape (2, 5, 3, 4), expected (2, 3, 5, 4)``): a shape says what went wrong
+  and gives away no value a check compares;
 * hints and pitfalls, which authors write as advice, are shown as written;
 * an internal error of the grader becomes a plain sentence.
 
@@ -31,18 +33,27 @@ _QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:[,_]\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])")
 _RANGE = re.compile(r"\d+\s*\.\.\s*\d+")
 _REPEATS = re.compile(r"…(?:\s*[,x×]\s*…)+")
+# A tuple of sizes standing on its own, as Python prints a shape: (2, 5, 12), (6,), ().
+# Not a call's arguments (kv_cache_bytes(80, 8)): those are a check's inputs.
+_SHAPE = re.compile(r"(?<![\w\])])\((?:(?:\s*\d+\s*,)+(?:\s*\d+\s*)?|\s*)\)")
+_KEPT = "\ue000"  # stands in for a kept shape while the rest is scrubbed
 MAX_TEXT = 300
 INTERNAL_ERROR = ("the checks could not finish for this notebook; your notebook may be "
                   "fine: try again, and tell your instructor if it happens again")
 
 
 def scrub(text: str) -> str:
-    """One line of a check message with numbers and quoted strings replaced by ``…``."""
+    """One line of a check message with numbers and quoted strings replaced by ``…``
+    (shapes kept)."""
     line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
     line = _QUOTED.sub("…", line)
+    shapes: list[str] = []
+    line = _SHAPE.sub(lambda m: shapes.append(m[0]) or _KEPT, line.replace(_KEPT, ""))
     line = _RANGE.sub("…", line)
     line = _NUMBER.sub("…", line)
     line = _REPEATS.sub("…", line)
+    kept = iter(shapes)
+    line = re.sub(_KEPT, lambda _: next(kept), line)
     return _clip(line)
 
 

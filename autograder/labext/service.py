@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import datetime as dt
 import json
 import os
@@ -34,18 +35,11 @@ from ..course import SETTINGS_FILE, Course, CourseError
 from ..outline import load_outline
 from ..sanitize import NotGradable
 from ..workers import worker_pool
-from . import catalog
-from .check import check_notebook, content_hash, read_notebook, stage_submission, warm_up
+from . import CheckRefused, catalog, shared_server
+from .check import check_notebook, content_hash, read_notebook, warm_up
 from .feedback import student_view
+from .handin import notebook_under, stage_submission
 from .locate import NotAnAssignment, locate, released_cells
-
-
-class CheckRefused(Exception):
-    """A request the service will not run; ``status`` is the HTTP status to answer."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
 
 
 class CourseLab(LoggingConfigurable):
@@ -85,6 +79,12 @@ class CourseLab(LoggingConfigurable):
                 return Course(folder)
         return None
 
+    def describe(self) -> str:
+        """For the server's log: where checks run."""
+        course = self.course()
+        return (f"course workspace {course.root}" if course else
+                "no course workspace found (the panel says how to make one)")
+
     def _require_course(self) -> Course:
         course = self.course()
         if course is None:
@@ -103,38 +103,40 @@ class CourseLab(LoggingConfigurable):
 
     # -- POST /autograder/api/check -------------------------------------------------------
     async def check(self, user: str, raw_path) -> dict:
-        path = self._notebook_path(raw_path)
+        path = notebook_under(self.root_dir, raw_path)
+        rel = PurePosixPath(path.relative_to(self.root_dir).as_posix())
+        with self._one_at_a_time(user, rel):
+            return await self._check(user, path, rel)
+
+    async def check_upload(self, user: str, raw_rel, upload: bytes) -> dict:
+        """``POST /check`` of ``autograder serve-checks``: a notebook packed by the student's
+        own Jupyter server (:func:`.shared_server.pack`), ``raw_rel`` its path there."""
+        rel = PurePosixPath(raw_rel.strip()) if isinstance(raw_rel, str) else None
+        if rel is None or rel.suffix != ".ipynb" or rel.is_absolute() or ".." in rel.parts:
+            raise CheckRefused(400, "send ?path=<the notebook's path under your server root>")
+        with self._one_at_a_time(user, rel):
+            staging = Path(tempfile.mkdtemp(prefix="check-upload-"))
+            try:
+                await asyncio.to_thread(shared_server.unpack, upload, staging)
+                if not (staging / rel.name).is_file():
+                    raise CheckRefused(400, f"the hand-in does not hold {rel.name}")
+                return await self._check(user, staging / rel.name, rel)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def _one_at_a_time(self, user: str, what: PurePosixPath):
         if user in self._busy:
             raise CheckRefused(409, f"already checking {self._busy[user]}: wait for that "
                                     "result, then check again")
-        self._busy[user] = str(PurePosixPath(raw_path))
+        self._busy[user] = str(what)
         try:
-            return await self._check(user, path)
+            yield
         finally:
             self._busy.pop(user, None)
 
-    def _notebook_path(self, raw) -> Path:
-        """A path under the server root, to an existing .ipynb file (never outside)."""
-        if not isinstance(raw, str) or not raw.strip():
-            raise CheckRefused(400, 'send {"path": "<notebook path under the server root>"}')
-        rel = PurePosixPath(raw.strip().lstrip("/"))
-        if ".." in rel.parts or "\0" in raw:
-            raise CheckRefused(403, f"{raw}: only notebooks under the server's root folder "
-                                    "can be checked")
-        path = (self.root_dir / rel).resolve()
-        if not path.is_relative_to(self.root_dir):
-            raise CheckRefused(403, f"{raw}: only notebooks under the server's root folder "
-                                    "can be checked")
-        if path.suffix != ".ipynb":
-            raise CheckRefused(400, f"{raw} is not a notebook (.ipynb): open the assignment "
-                                    "notebook and check that")
-        if not path.is_file():
-            raise CheckRefused(404, f"{raw} does not exist: save the notebook first")
-        return path
-
-    async def _check(self, user: str, path: Path) -> dict:
+    async def _check(self, user: str, path: Path, rel: PurePosixPath) -> dict:
         course = self._require_course()
-        rel = PurePosixPath(path.relative_to(self.root_dir).as_posix())
         try:
             nb = await asyncio.to_thread(read_notebook, path)
         except NotGradable as exc:
@@ -206,6 +208,10 @@ class CourseLab(LoggingConfigurable):
                                     "happens again") from None
 
     # -- worker processes -----------------------------------------------------------------
+    def start_workers(self, course: Course) -> None:
+        """Start the check workers now (and, with ``warm_start``, their sandboxes)."""
+        self._start_pool(course)
+
     def _start_pool(self, course: Course) -> ProcessPoolExecutor:
         return _worker_pool(self.check_workers, course if self.warm_start else None)
 

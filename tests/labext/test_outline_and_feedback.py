@@ -90,6 +90,14 @@ def test_messages_lose_values_inputs_and_student_text():
     assert scrub("kv_cache_bytes(80, 8, 128, 4096) = 1,310,720, expected 2,621,440") == (
         "kv_cache_bytes(…) = …, expected …")
     assert scrub("gave 'secret', float32 expected") == "gave …, float32 expected"
+    # A shape is what tells a student which axis is wrong, and compares no value: kept.
+    assert scrub("split_heads of a (2, 5, 12) tensor into 3 heads has shape (2, 5, 3, 4), "
+                 "expected (2, 3, 5, 4)") == ("split_heads of a (2, 5, 12) tensor into … heads "
+                                              "has shape (2, 5, 3, 4), expected (2, 3, 5, 4)")
+    assert scrub("should be a scalar, got shape (3,) not ()") == (
+        "should be a scalar, got shape (3,) not ()")
+    # A number in parentheses, or a call's arguments, is a value all the same.
+    assert scrub("the total (7) of f(2, 3) differs") == "the total (…) of f(…) differs"
     message, hint = student_message({"passed": False, "message":
                                      "out differs (largest difference 0.5). Hint: scale by 1/d"})
     assert message == "out differs (largest difference …)" and hint == "scale by 1/d"
