@@ -9,9 +9,10 @@ before anything leaves the server:
 * a check's name is the first line of its docstring, which authors write for students;
   a parametrised case is numbered (``(case 2)``) instead of showing its parameters;
 * a message keeps its first line only, loses its hint (shown apart), and has every
-  number and every quoted string replaced by ``…``, except a shape written as a tuple
-  (``has shape (2, 5, 3, 4), expected (2, 3, 5, 4)``): a shape says what went wrong
-  and gives away no value a check compares;
+  number and every quoted string replaced by ``…``, except, in a check's own message, a
+  shape written as a tuple (``has shape (2, 5, 3, 4), expected (2, 3, 5, 4)``): it says
+  what went wrong and compares no value. The student's own exception text loses those
+  too, since their code could write the hidden inputs into it as a tuple;
 * hints and pitfalls, which authors write as advice, are shown as written;
 * an internal error of the grader becomes a plain sentence.
 
@@ -42,13 +43,14 @@ INTERNAL_ERROR = ("the checks could not finish for this notebook; your notebook 
                   "fine: try again, and tell your instructor if it happens again")
 
 
-def scrub(text: str) -> str:
+def scrub(text: str, keep_shapes: bool = True) -> str:
     """One line of a check message with numbers and quoted strings replaced by ``…``
-    (shapes kept)."""
+    (shapes kept, unless ``keep_shapes`` is False)."""
     line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
     line = _QUOTED.sub("…", line)
     shapes: list[str] = []
-    line = _SHAPE.sub(lambda m: shapes.append(m[0]) or _KEPT, line.replace(_KEPT, ""))
+    if keep_shapes:
+        line = _SHAPE.sub(lambda m: shapes.append(m[0]) or _KEPT, line.replace(_KEPT, ""))
     line = _RANGE.sub("…", line)
     line = _NUMBER.sub("…", line)
     line = _REPEATS.sub("…", line)
@@ -72,9 +74,9 @@ def student_message(record: dict) -> tuple[str | None, str | None]:
     message = record.get("message") or ""
     kind, _, rest = message.partition(": ")
     if kind == "ForbiddenShortcut":
-        return scrub(rest), None
+        return scrub(rest, keep_shapes=False), None
     if kind == "SubmissionError":
-        return scrub(_submission_error(rest)), None
+        return scrub(_submission_error(rest), keep_shapes=False), None
     if re.fullmatch(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)", kind) and not rest:
         return INTERNAL_ERROR, None
     if re.fullmatch(r"[A-Za-z_][\w.]*(Error|Exception)", kind):

@@ -98,6 +98,10 @@ def test_messages_lose_values_inputs_and_student_text():
         "should be a scalar, got shape (3,) not ()")
     # A number in parentheses, or a call's arguments, is a value all the same.
     assert scrub("the total (7) of f(2, 3) differs") == "the total (…) of f(…) differs"
+    # The student's own exception could carry the hidden inputs as a tuple: no shapes there.
+    message, _ = student_message({"passed": False, "message":
+                                  "SubmissionError: ValueError: inputs (3, 1, 4, 1, 5)"})
+    assert message == "your code raised ValueError: inputs (…)"
     message, hint = student_message({"passed": False, "message":
                                      "out differs (largest difference 0.5). Hint: scale by 1/d"})
     assert message == "out differs (largest difference …)" and hint == "scale by 1/d"
