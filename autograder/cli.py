@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import sys
 from pathlib import Path
 
@@ -195,11 +196,12 @@ def cmd_demo(args) -> int:
 
 
 def cmd_serve_checks(args) -> int:
-    from .labext.shared_server import serve
+    from .labext.check_service import serve
 
     try:
-        serve(args.socket, _course(args).root, workers=args.workers,
-              cooldown_seconds=args.cooldown)
+        serve(_course(args).root, socket_path=args.socket, listen=args.listen,
+              hub_api=args.hub_api or os.environ.get("JUPYTERHUB_API_URL"),
+              workers=args.workers, cooldown_seconds=args.cooldown)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the usual way a service stops
         print("\nautograder: the check service stopped", file=sys.stderr)
     return 0
@@ -301,8 +303,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=COUNT, default=2, help="parallel kernels (default: 2)")
     p = add("serve-checks", cmd_serve_checks, '"Check my work" on a shared server: check the '
             "notebooks students' Jupyter servers send to a Unix socket, as this user")
-    p.add_argument("--socket", type=Path, required=True, help="where to listen, e.g. "
-                   "/run/autograder/check.sock (students' servers: c.CourseLab.check_service)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--socket", type=Path, help="a Unix socket, e.g. /run/autograder/"
+                       "check.sock, for students who are Unix users of this machine "
+                       "(their servers: c.CheckService.socket)")
+    where.add_argument("--listen", metavar="HOST:PORT", help="HTTP, for students in "
+                       "containers, named by their hub tokens (their servers: "
+                       "c.CheckService.url)")
+    p.add_argument("--hub-api", metavar="URL", help="with --listen: the hub's API, e.g. "
+                   "http://hub:8081/hub/api (default: $JUPYTERHUB_API_URL)")
     p.add_argument("--workers", type=COUNT, default=1, help="checks at once (default: 1)")
     p.add_argument("--cooldown", type=WAIT, default=10.0,
                    help="seconds a student waits between two checks that run (default: 10)")

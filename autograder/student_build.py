@@ -285,9 +285,10 @@ def release_student_builds(course, *, toolkit: bool, lab: bool, unlocked: list[s
 
         wheel = build_student_lab(course.root / "student-lab")
         print(f"Student lab: {wheel}\nOn a shared server, install it in the students' "
-              "Jupyter environment beside the student toolkit, set c.CheckService.socket "
-              "there, and run `autograder serve-checks --socket PATH` as a user students "
-              "are not")
+              "Jupyter environment beside the student toolkit and point it at `autograder "
+              "serve-checks`, run as a user students are not: c.CheckService.socket = PATH "
+              "(with --socket PATH) or c.CheckService.url = http://HOST:PORT (with --listen "
+              "HOST:PORT --hub-api URL)")
 
 
 # What students' wheels share: built by setuptools, for the Pythons students may have.

@@ -14,7 +14,7 @@ server needs, a wheel named ``transformers-course-lab`` that holds:
   serve-checks`` and shows its answer (:mod:`autograder.labext.shared_server`).
 
 No grading pipeline, no checks, no toolkit: a server with this wheel cannot check a
-notebook itself, it asks the service named by ``c.CheckService.socket``.
+notebook itself, it asks the service named by ``c.CheckService.socket`` or ``url``.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def setup_handlers(serverapp):
     """Route the panel's requests to the course's check service when one is configured
     (a shared server), else to checks run by this server. Returns what answers them."""
     lab = CheckService(root_dir=serverapp.root_dir, config=serverapp.config, parent=serverapp)
-    if not lab.socket:
+    if not lab.where:
         try:  # the grading pipeline: only where checks run here
             from .service import CourseLab
         except ModuleNotFoundError as exc:

@@ -35,8 +35,9 @@ from ..course import SETTINGS_FILE, Course, CourseError
 from ..outline import load_outline
 from ..sanitize import NotGradable
 from ..workers import worker_pool
-from . import CheckRefused, catalog, shared_server
+from . import CheckRefused, catalog
 from .check import check_notebook, content_hash, read_notebook, warm_up
+from .check_service import unpack
 from .feedback import student_view
 from .handin import notebook_under, stage_submission
 from .locate import NotAnAssignment, locate, released_cells
@@ -117,7 +118,7 @@ class CourseLab(LoggingConfigurable):
         with self._one_at_a_time(user, rel):
             staging = Path(tempfile.mkdtemp(prefix="check-upload-"))
             try:
-                await asyncio.to_thread(shared_server.unpack, upload, staging)
+                await asyncio.to_thread(unpack, upload, staging)
                 if not (staging / rel.name).is_file():
                     raise CheckRefused(400, f"the hand-in does not hold {rel.name}")
                 return await self._check(user, staging / rel.name, rel)

@@ -29,8 +29,9 @@ import nbformat
 import pytest
 
 from autograder.labext import CheckRefused
+from autograder.labext.check_service import unpack
 from autograder.labext.service import CourseLab
-from autograder.labext.shared_server import CheckService, local_paths, pack, unpack
+from autograder.labext.shared_server import CheckService, local_paths, pack
 
 ASSIGNMENT = "01-attention"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,214 @@
+"""``autograder serve-checks``: the checks of a shared server, in a service of their own.
+
+The service holds the course (workspace, hidden checks, gradebook) where students cannot
+read it and runs each check through the same :class:`.service.CourseLab` a laptop uses.
+Students' Jupyter servers send it their notebooks (:mod:`.shared_server`). What it must
+get right is who is asking, since the one-check-at-a-time rule, the cool-down and each
+student's saved results are keyed by that name; it never takes a name from the request:
+
+* on a Unix socket, the kernel reports the Unix user at the other end (``SO_PEERCRED``);
+* over HTTP, the request carries its server's JupyterHub token, and the hub's own
+  ``GET /hub/api/user`` says whose token it is (any token may ask the hub who it
+  belongs to; only a user's token is accepted, not a service's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import hashlib
+import io
+import json
+import os
+import pwd
+import socket
+import struct
+import tarfile
+import time
+from pathlib import Path
+
+from . import CheckRefused
+from .shared_server import MAX_UPLOAD_BYTES
+
+#: How long the hub's answer about a token is trusted before asking again (seconds).
+TOKEN_TTL = 300.0
+
+
+# -- the hand-in ----------------------------------------------------------------------------
+def unpack(data: bytes, target: Path) -> None:
+    """Write a packed hand-in into ``target``: plain files at the top level only, within
+    :data:`MAX_UPLOAD_BYTES`; anything else is refused (400) before a byte is written."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            members = tar.getmembers()
+            total = sum(m.size for m in members)
+            for member in members:
+                name = member.name
+                if (not member.isfile() or "/" in name or name in ("", ".", "..")
+                        or name.startswith(".")):
+                    raise CheckRefused(400, f"the hand-in holds {name!r}, which is not a "
+                                            "plain file beside the notebook")
+            if total > MAX_UPLOAD_BYTES:
+                raise CheckRefused(413, f"the hand-in is {total / 2**20:.0f} MiB, over the "
+                                        f"{MAX_UPLOAD_BYTES // 2**20} MiB a check takes")
+            target.mkdir(parents=True, exist_ok=True)
+            for member in members:
+                with tar.extractfile(member) as source, open(target / member.name, "wb") as out:
+                    out.write(source.read())
+    except tarfile.TarError as exc:
+        raise CheckRefused(400, f"the hand-in is not a tar archive ({exc})") from None
+
+
+# -- who is asking ------------------------------------------------------------------------------
+def peer_user(sock: socket.socket) -> str:
+    """The Unix user at the other end of a Unix socket, as the kernel reports it."""
+    credentials = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", credentials)
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # a uid with no name (a container's user): still one person
+        return f"uid-{uid}"
+
+
+class HubTokens:
+    """Names JupyterHub users by their tokens, asking the hub at ``api_url``
+    (``http://hub:8081/hub/api``) and remembering each answer for :data:`TOKEN_TTL`."""
+
+    def __init__(self, api_url: str):
+        self.api_url = api_url.rstrip("/")
+        self._known: dict[str, tuple[str, float]] = {}  # sha256(token) -> (name, until)
+
+    async def user(self, authorization: str | None) -> str:
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "token" or not token.strip():
+            raise CheckRefused(401, "send the Jupyter server's hub token: Authorization: "
+                                    "token $JUPYTERHUB_API_TOKEN")
+        key = hashlib.sha256(token.strip().encode()).hexdigest()
+        name, until = self._known.get(key, (None, 0.0))
+        if name is None or until < time.monotonic():
+            name = await self._ask_hub(token.strip())
+            self._known[key] = (name, time.monotonic() + TOKEN_TTL)
+        return name
+
+    async def _ask_hub(self, token: str) -> str:
+        from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
+        try:
+            answer = await AsyncHTTPClient().fetch(
+                f"{self.api_url}/user", headers={"Authorization": f"token {token}"},
+                request_timeout=30)
+        except HTTPClientError as exc:
+            if exc.code in (401, 403):
+                raise CheckRefused(403, "the hub does not know this server's token: restart "
+                                        "your server from the hub's home page") from None
+            raise CheckRefused(503, f"the hub could not say who is asking ({exc}); try "
+                                    "again, and tell your instructor if it happens again"
+                               ) from None
+        except OSError as exc:
+            raise CheckRefused(503, f"the hub is not answering ({exc}): tell your "
+                                    "instructor") from None
+        model = json.loads(answer.body)
+        if model.get("kind", "user") != "user" or not model.get("name"):
+            raise CheckRefused(403, "checks are for students' servers: this token belongs to "
+                                    f"a {model.get('kind')}, not a user")
+        return str(model["name"])
+
+
+# -- the service --------------------------------------------------------------------------------
+def make_app(lab, hub: HubTokens | None = None):
+    """The routes, ``GET /course`` and ``POST /check?path=<rel>`` (a tar), naming the caller
+    by the socket's peer, or by ``hub`` when it listens on TCP."""
+    import tornado.web
+
+    class Route(tornado.web.RequestHandler):
+        async def caller(self) -> str:
+            if hub is not None:
+                return await hub.user(self.request.headers.get("Authorization"))
+            return peer_user(self.request.connection.stream.socket)
+
+        def answer(self, status: int, body: dict) -> None:
+            self.set_status(status)
+            self.set_header("Content-Type", "application/json")
+            self.finish(json.dumps(body))
+
+    class CourseRoute(Route):
+        async def get(self):
+            try:
+                user = await self.caller()
+            except CheckRefused as exc:
+                return self.answer(exc.status, {"message": str(exc)})
+            self.answer(200, await lab.course_view(user))
+
+    class CheckRoute(Route):
+        async def post(self):
+            path = self.get_query_argument("path", "")
+            try:
+                user = await self.caller()
+            except CheckRefused as exc:
+                _log(f"? {path}: refused ({exc.status}): {exc}")
+                return self.answer(exc.status, {"message": str(exc)})
+            try:
+                view = await lab.check_upload(user, path, self.request.body)
+            except CheckRefused as exc:
+                _log(f"{user} {path}: refused ({exc.status}): {exc}")
+                return self.answer(exc.status, {"message": str(exc)})
+            took = "cached" if view.get("cached") else f"{view.get('seconds') or 0:.1f} s"
+            _log(f"{user} {path}: {view['score']:g} / {view['max_score']:g} ({took})")
+            self.answer(200, view)
+
+    return tornado.web.Application([("/course", CourseRoute), ("/check", CheckRoute)])
+
+
+def _log(line: str) -> None:
+    """One line per check on the service's output, for the instructor who runs it."""
+    print(f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S} {line}", flush=True)
+
+
+def serve(course_dir: Path, *, socket_path: Path | None = None, listen: str | None = None,
+          hub_api: str | None = None, workers: int = 1, cooldown_seconds: float = 10.0) -> None:
+    """Run the check service until it is stopped (Ctrl-C, SIGTERM): on ``socket_path``, or
+    on ``listen`` (``host:port``) naming callers through the hub at ``hub_api``."""
+    import tornado.httpserver
+    import tornado.netutil
+
+    from ..course import CourseError
+    from .service import CourseLab
+
+    if (socket_path is None) == (listen is None):
+        raise CourseError("serve-checks listens on --socket PATH or on --listen HOST:PORT")
+    if listen is not None and not hub_api:
+        raise CourseError("with --listen, name the hub that says who is asking: --hub-api "
+                          "http://<hub>:8081/hub/api (or set JUPYTERHUB_API_URL)")
+    lab = CourseLab(root_dir=str(course_dir), course_dir=str(course_dir),
+                    check_workers=workers, cooldown_seconds=cooldown_seconds)
+    course = lab.course()
+    if course is None:
+        raise CourseError(f"{course_dir} is not a course workspace: make one with "
+                          "`autograder init --course DIR` and release the assignments")
+    if listen is not None:
+        host, _, port = listen.rpartition(":")
+        if not port.isdigit():
+            raise CourseError(f"--listen {listen}: give HOST:PORT, e.g. 0.0.0.0:8765")
+        sockets = tornado.netutil.bind_sockets(int(port), host or None)
+        where = f"http://{listen} (students named by the hub at {hub_api})"
+    else:
+        # Anyone may connect: the caller's Unix user, not the socket's mode, is the key.
+        sockets = [tornado.netutil.bind_unix_socket(str(socket_path), mode=0o666)]
+        where = str(socket_path)
+
+    async def main():
+        hub = HubTokens(hub_api) if listen is not None else None
+        server = tornado.httpserver.HTTPServer(make_app(lab, hub), max_body_size=MAX_UPLOAD_BYTES)
+        server.add_sockets(sockets)
+        lab.start_workers(course)
+        print(f"autograder: checking for {course.root} on {where} (Ctrl-C stops)", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            server.stop()
+
+    try:
+        asyncio.run(main())
+    finally:
+        if socket_path is not None and socket_path.is_socket():
+            os.unlink(socket_path)
