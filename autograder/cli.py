@@ -26,11 +26,11 @@ def cmd_init(args) -> int:
             gradebook_url.probe(gradebook_url.check(args.db_url))
         except gradebook_url.GradebookUrlError as exc:
             raise CourseError(str(exc)) from None
-    course.init(db_url=args.db_url)
+    course.init(db_url=args.db_url, exchange=args.exchange)
     outline = course.outline()
     print(f"Course workspace ready: {course.root}")
     print(f"Course: {outline.title} ({course.outline_file if outline.path else 'no course.toml'})")
-    print(f"Gradebook: {gradebook_url.redacted(course.db_url)}")
+    print(f"Gradebook: {gradebook_url.redacted(course.db_url)}; exchange: {course.exchange}")
     print(f"Assignments: {', '.join(available_assignments(course.assignments_dir)) or 'none'}")
     if outline.lectures:
         print(f"Lectures: {len(outline.lectures)} in {course.path('lectures')}")
@@ -235,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="gradebook database as a SQLAlchemy URL, e.g. postgresql://grader@host/course "
         "(default: SQLite in the workspace; a workspace keeps the URL it was given)",
     )
+    p.add_argument("--exchange", type=Path, default=None,
+                   help="nbgrader's exchange, where students fetch and submit (default: "
+                        "exchange/ in the workspace; outside it when the workspace is private)")
     p = add("release", cmd_release, "student versions of assignments, published to the exchange")
     p.add_argument("name", nargs="?", help="the assignment folder name, e.g. 01-attention")
     p.add_argument("--all", action="store_true",

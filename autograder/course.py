@@ -24,7 +24,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import gradebook_url
+from . import gradebook_url, nbgrader_settings
 
 # An assignment as its author wrote it; re-exported here, where most callers look.
 from .assignment_spec import (  # noqa: F401
@@ -37,41 +37,10 @@ from .assignment_spec import (  # noqa: F401
     available_assignments,
     notebook_from_text,
 )
-from .feedback import FEEDBACK_EXPORTER, GENERATE_FEEDBACK_PREPROCESSORS
-from .formgrader_bridge import AUTOGRADE_PREPROCESSORS
-from .release_steps import GENERATE_ASSIGNMENT_PREPROCESSORS
+from .nbgrader_settings import COURSE_ID
 
 DEFAULT_COURSE_DIR = PROJECT_ROOT / "course-workspace"
-COURSE_ID = "transformers-course"
 SETTINGS_FILE = "autograder.json"
-
-NBGRADER_CONFIG = """\
-# nbgrader configuration for this course workspace (written by `autograder init`).
-c = get_config()  # noqa: F821
-c.CourseDirectory.root = {root!r}
-c.CourseDirectory.course_id = {course_id!r}
-c.CourseDirectory.db_url = {db_url!r}
-c.ClearSolutions.code_stub = {{"python": "# YOUR CODE HERE\\nraise NotImplementedError()"}}
-c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
-# Hidden checks live in the autograder, not in notebooks: nothing to strip or restore.
-c.GenerateAssignment.preprocessors_exclude = []
-# Stubs that name their exercise, and Run All that reaches the end (autograder.release_steps).
-c.GenerateAssignment.preprocessors = {release_steps!r}
-c.Exchange.root = {exchange!r}
-# What this workspace's students submitted (the Assignments tab's "Submitted" list) is
-# remembered here, not in ~/.local/share/jupyter, which every course would share.
-c.Exchange.cache = {exchange_cache!r}
-# Formgrader's "Autograde" and `nbgrader autograde` grade with `autograder grade`
-# (sandbox, hidden checks), never with plain nbgrader (autograder.formgrader_bridge).
-c.Autograde.autograde_preprocessors = {autograde!r}
-# Feedback pages name each exercise, show automatic and written points apart, draw maths
-# offline (autograder.feedback).
-c.GenerateFeedback.exporter_class = {feedback_exporter!r}
-c.GenerateFeedback.preprocessors = {feedback_steps!r}
-"""
-
-
-
 
 def _venv_on_path() -> None:
     """nbgrader runs the ``alembic`` command to create the gradebook: it must be on PATH
@@ -100,6 +69,7 @@ class Course:
         course_file = course_file or saved.get("course_file")
         self.outline_file = Path(course_file).resolve() if course_file else self._outline_file()
         self._db_url: str | None = saved.get("db_url")
+        self._exchange: str | None = saved.get("exchange")
 
     def _outline_file(self) -> Path:
         """``course/course.toml`` beside the assignments folder (or AUTOGRADER_COURSE_FILE)."""
@@ -121,8 +91,10 @@ class Course:
 
     @property
     def exchange(self) -> Path:
-        """nbgrader's exchange directory (fetch, submit, collect), inside the workspace."""
-        return self.root / "exchange"
+        """nbgrader's exchange directory (fetch, submit, collect): inside the workspace,
+        unless ``init(exchange=...)`` put it elsewhere (a private workspace on a server
+        that students share keeps the exchange outside, where they can reach it)."""
+        return Path(self._exchange) if self._exchange else self.root / "exchange"
 
     @property
     def exchange_cache(self) -> Path:
@@ -160,11 +132,14 @@ class Course:
         return spec
 
     # -- set-up --------------------------------------------------------------------
-    def init(self, db_url: str | None = None) -> None:
+    def init(self, db_url: str | None = None, exchange: Path | str | None = None) -> None:
         """Create the workspace (idempotent) and build every assignment's source notebooks.
 
-        ``db_url`` puts the gradebook in another database (PostgreSQL, say); without it
-        a workspace keeps the database it was created with (by default SQLite)."""
+        ``db_url`` puts the gradebook in another database (PostgreSQL, say), ``exchange``
+        nbgrader's exchange in another folder; without them a workspace keeps those it
+        was created with (by default SQLite and ``exchange/`` inside it)."""
+        if exchange is not None:
+            self._exchange = str(Path(exchange).expanduser().resolve())
         if db_url is not None:
             try:
                 self._db_url = gradebook_url.check(db_url)
@@ -174,26 +149,23 @@ class Course:
             self.path(kind).mkdir(parents=True, exist_ok=True)
         # nbgrader's exchange: students fetch from and submit to it, `collect` reads it.
         # Every student account must be able to write here (as nbgrader asks).
-        self.exchange.mkdir(exist_ok=True)
-        os.chmod(self.exchange, 0o777)
-        config = NBGRADER_CONFIG.format(
-            root=str(self.root),
-            course_id=COURSE_ID,
-            db_url=self.db_url,
-            exchange=str(self.exchange),
-            exchange_cache=str(self.exchange_cache),
-            release_steps=GENERATE_ASSIGNMENT_PREPROCESSORS,
-            autograde=AUTOGRADE_PREPROCESSORS,
-            feedback_exporter=FEEDBACK_EXPORTER,
-            feedback_steps=GENERATE_FEEDBACK_PREPROCESSORS,
-        )
-        (self.root / "nbgrader_config.py").write_text(config)
+        self.exchange.mkdir(parents=True, exist_ok=True)
+        try:
+            os.chmod(self.exchange, 0o777)
+        except PermissionError:  # another owner's folder: fine if it is open already
+            if self.exchange.stat().st_mode & 0o777 != 0o777:
+                raise CourseError(f"every student must be able to write to the exchange "
+                                  f"{self.exchange}: run `chmod 777 {self.exchange}` as its "
+                                  "owner") from None
+        (self.root / "nbgrader_config.py").write_text(nbgrader_settings.config_file(self))
         settings = {
             "assignments_dir": str(self.assignments_dir),
             "course_file": str(self.outline_file),
         }
         if self._db_url:
             settings["db_url"] = self._db_url
+        if self._exchange:
+            settings["exchange"] = self._exchange
         settings_path = self.root / SETTINGS_FILE
         settings_path.write_text(json.dumps(settings, indent=1) + "\n")
         gradebook_url.protect(self.db_url, [self.root / "nbgrader_config.py", settings_path])
@@ -256,21 +228,8 @@ class Course:
         _venv_on_path()
         from nbgrader.apps import NbGraderAPI
         from nbgrader.coursedir import CourseDirectory
-        from traitlets.config import Config
 
-        config = Config()
-        config.CourseDirectory.root = str(self.root)
-        config.CourseDirectory.course_id = COURSE_ID
-        config.CourseDirectory.db_url = self.db_url
-        config.ClearSolutions.code_stub = {
-            "python": "# YOUR CODE HERE\nraise NotImplementedError()"
-        }
-        config.ClearSolutions.text_stub = "YOUR ANSWER HERE"
-        config.Exchange.root = str(self.exchange)
-        config.Exchange.cache = str(self.exchange_cache)
-        config.GenerateAssignment.preprocessors = GENERATE_ASSIGNMENT_PREPROCESSORS
-        config.GenerateFeedback.exporter_class = FEEDBACK_EXPORTER
-        config.GenerateFeedback.preprocessors = GENERATE_FEEDBACK_PREPROCESSORS
+        config = nbgrader_settings.config(self)
         coursedir = CourseDirectory(config=config)
         return NbGraderAPI(coursedir=coursedir, config=config)
 

@@ -8,6 +8,7 @@ plain nbgrader, so it never replaces a sandboxed score by an unsandboxed one.
 
 import getpass
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -65,3 +66,35 @@ def test_fetch_submit_collect_grade_and_formgrader_autograde(tiny_course, tmp_pa
     assert "Hidden checks for `test_softmax`" in json.dumps(test_cell.outputs)
     with course.gradebook() as gb:
         assert gb.find_grade("test_softmax", "tiny", NAME, student).auto_score == 2
+
+
+def test_an_exchange_outside_a_private_workspace(tmp_path):
+    """On a server students share, the workspace is private (chmod 700) and the exchange
+    lives where every student can reach it: `autograder init --exchange DIR`. The
+    workspace remembers it; release, fetch, submit and collect go through it."""
+    from autograder.course import Course
+    from autograder.scaffold import new_assignment
+
+    new_assignment(NAME, tmp_path / "assignments", title="Tiny: softmax")
+    exchange = tmp_path / "srv" / "nbgrader" / "exchange"
+    done = subprocess.run(
+        [sys.executable, "-m", "autograder.cli", "init", "--course", str(tmp_path / "ws"),
+         "--exchange", str(exchange)], capture_output=True, text=True, timeout=600,
+        env={**os.environ, "AUTOGRADER_ASSIGNMENTS": str(tmp_path / "assignments")})
+    assert done.returncode == 0, done.stderr
+    assert f"exchange: {exchange}" in done.stdout
+    course = Course(tmp_path / "ws")  # read back from the workspace's settings
+    assert course.exchange == exchange and exchange.stat().st_mode & 0o777 == 0o777
+    assert f"c.Exchange.root = {str(exchange)!r}" in (course.root / "nbgrader_config.py"
+                                                       ).read_text()
+    course.init()  # a later init keeps it
+    assert Course(tmp_path / "ws").exchange == exchange
+    course.root.chmod(0o700)
+    course.release(NAME)
+    assert (exchange / "transformers-course" / "outbound" / NAME / "tiny.ipynb").is_file()
+    home = tmp_path / "student"
+    home.mkdir()
+    _nbgrader("fetch_assignment", NAME, cwd=home, course=course)
+    _nbgrader("submit", NAME, cwd=home, course=course)
+    assert getpass.getuser() in course.collect(NAME)
+    assert not (course.root / "exchange").exists()

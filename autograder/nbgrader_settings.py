@@ -1,0 +1,65 @@
+"""What nbgrader is told about a course workspace, in one list.
+
+nbgrader reads its settings twice over: its own commands and formgrader read the
+workspace's ``nbgrader_config.py``; the autograder calls nbgrader's API in process. Both
+come from :func:`settings`, so the two can never disagree.
+"""
+
+from __future__ import annotations
+
+from .feedback import FEEDBACK_EXPORTER, GENERATE_FEEDBACK_PREPROCESSORS
+from .formgrader_bridge import AUTOGRADE_PREPROCESSORS
+from .release_steps import GENERATE_ASSIGNMENT_PREPROCESSORS
+
+COURSE_ID = "transformers-course"
+HEADER = ("# nbgrader configuration for this course workspace (written by `autograder init`).\n"
+          "c = get_config()  # noqa: F821\n")
+
+
+def settings(course) -> list[tuple[str, str, object]]:
+    """``(why, "Section.name", value)`` for each setting (``why``: a comment, or "")."""
+    return [
+        ("", "CourseDirectory.root", str(course.root)),
+        ("", "CourseDirectory.course_id", COURSE_ID),
+        ("", "CourseDirectory.db_url", course.db_url),
+        ("", "ClearSolutions.code_stub", {"python": "# YOUR CODE HERE\n"
+                                                    "raise NotImplementedError()"}),
+        ("", "ClearSolutions.text_stub", "YOUR ANSWER HERE"),
+        ("Stubs that name their exercise, and Run All that reaches the end "
+         "(autograder.release_steps).", "GenerateAssignment.preprocessors",
+         GENERATE_ASSIGNMENT_PREPROCESSORS),
+        ("Where students fetch and submit (inside the workspace unless `autograder init "
+         "--exchange` put it elsewhere).", "Exchange.root", str(course.exchange)),
+        ("What this workspace's students submitted (the Assignments tab's \"Submitted\" "
+         "list) is remembered here, not in ~/.local/share/jupyter, which every course would "
+         "share.", "Exchange.cache", str(course.exchange_cache)),
+        ("Formgrader's \"Autograde\" and `nbgrader autograde` grade with `autograder grade` "
+         "(sandbox, hidden checks), never with plain nbgrader (autograder.formgrader_bridge).",
+         "Autograde.autograde_preprocessors", AUTOGRADE_PREPROCESSORS),
+        ("Feedback pages name each exercise, show automatic and written points apart, draw "
+         "maths offline (autograder.feedback).", "GenerateFeedback.exporter_class",
+         FEEDBACK_EXPORTER),
+        ("", "GenerateFeedback.preprocessors", GENERATE_FEEDBACK_PREPROCESSORS),
+    ]
+
+
+def config_file(course) -> str:
+    """The text of the workspace's ``nbgrader_config.py``."""
+    import textwrap
+
+    lines = [HEADER]
+    for why, name, value in settings(course):
+        lines += [f"# {line}\n" for line in textwrap.wrap(why, 86)]
+        lines.append(f"c.{name} = {value!r}\n")
+    return "".join(lines)
+
+
+def config(course):
+    """The same settings as a traitlets ``Config`` for nbgrader's API."""
+    from traitlets.config import Config
+
+    config = Config()
+    for _why, name, value in settings(course):
+        section, key = name.split(".")
+        setattr(getattr(config, section), key, value)
+    return config
