@@ -10,6 +10,9 @@ student's saved results are keyed by that name; it never takes a name from the r
 * over HTTP, the request carries its server's JupyterHub token, and the hub's own
   ``GET /hub/api/user`` says whose token it is (any token may ask the hub who it
   belongs to; only a user's token is accepted, not a service's).
+
+Routes: ``GET /course`` (the panel), ``POST /check?path=<rel>`` (a packed hand-in) and
+``GET /material?path=<rel>`` (a lecture or the README, which students' servers copy).
 """
 
 from __future__ import annotations
@@ -116,8 +119,8 @@ class HubTokens:
 
 # -- the service --------------------------------------------------------------------------------
 def make_app(lab, hub: HubTokens | None = None):
-    """The routes, ``GET /course`` and ``POST /check?path=<rel>`` (a tar), naming the caller
-    by the socket's peer, or by ``hub`` when it listens on TCP."""
+    """The routes (see the module docstring), naming the caller by the socket's peer, or
+    by ``hub`` when it listens on TCP."""
     import tornado.web
 
     class Route(tornado.web.RequestHandler):
@@ -156,7 +159,30 @@ def make_app(lab, hub: HubTokens | None = None):
             _log(f"{user} {path}: {view['score']:g} / {view['max_score']:g} ({took})")
             self.answer(200, view)
 
-    return tornado.web.Application([("/course", CourseRoute), ("/check", CheckRoute)])
+    class MaterialRoute(Route):
+        async def get(self):
+            try:
+                await self.caller()
+                text = await asyncio.to_thread(material, lab.course(),
+                                               self.get_query_argument("path", ""))
+            except CheckRefused as exc:
+                return self.answer(exc.status, {"message": str(exc)})
+            self.answer(200, {"text": text})
+
+    return tornado.web.Application([("/course", CourseRoute), ("/check", CheckRoute),
+                                    ("/material", MaterialRoute)])
+
+
+def material(course, path: str) -> str:
+    """A lecture notebook or the course's README, by the path the Course panel links it
+    with (``lectures/<stem>.ipynb``, ``README.md``); nothing else of the workspace."""
+    from ..outline import load_outline
+
+    outline = load_outline(course.outline_file, course.assignments_dir)
+    shown = {"README.md", *(f"lectures/{lecture.stem}.ipynb" for lecture in outline.lectures)}
+    if path not in shown or not (course.root / path).is_file():
+        raise CheckRefused(404, f"{path!r} is not a lecture or the course README")
+    return (course.root / path).read_text()
 
 
 def _log(line: str) -> None:

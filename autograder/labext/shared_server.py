@@ -44,6 +44,8 @@ from .handin import MAX_SIBLING_BYTES, notebook_under, stage_submission
 
 #: The largest hand-in the service reads: the notebook's limit, the files beside it, slack.
 MAX_UPLOAD_BYTES = (20 + 1) * 2**20 + MAX_SIBLING_BYTES
+#: The folder under a student's server root that receives the lectures and the README.
+MATERIAL = "course"
 NOT_RUNNING = ("the course's check service is not answering on {where}: tell your "
                "instructor (the notebook itself is fine and saved)")
 NO_SERVICE = ("no check service is set for this Jupyter server (c.CheckService.socket or "
@@ -187,19 +189,44 @@ class CheckService(LoggingConfigurable):
         except CheckRefused as exc:
             return {"title": "Course", "problem": str(exc), "readme": None, "lectures": [],
                     "assignments": []}
+        await asyncio.to_thread(self._copy_material, view)
         return local_paths(view, self.root_dir)
+
+    def _copy_material(self, view: dict) -> None:
+        """The lectures and the course's README, copied once into ``course/`` under this
+        server's root, where the panel links them. From then on they are the student's
+        own copies (notes in a lecture, cells run): never overwritten."""
+        wanted = [view.get("readme"), *(lecture.get("path") for lecture in
+                                        view.get("lectures", []))]
+        for path in filter(None, wanted):
+            local = self.root_dir / MATERIAL / path
+            if ".." in PurePosixPath(path).parts or local.exists():
+                continue
+            try:
+                answer = self._request("GET", "/material?" + urllib.parse.urlencode(
+                    {"path": path}), None, 60.0)
+            except CheckRefused as exc:
+                self.log.warning("could not copy %s from the check service: %s", path, exc)
+                continue
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_text(str(answer.get("text", "")))
 
 
 def local_paths(view: dict, root_dir: Path) -> dict:
-    """Keep only the links of ``view`` that open a file under ``root_dir``."""
+    """Keep only the links of ``view`` that open a file under ``root_dir``: the lectures
+    and README where :meth:`CheckService._copy_material` put them, each notebook where
+    nbgrader's fetch puts it."""
     def here(path) -> str | None:
         if not isinstance(path, str) or ".." in PurePosixPath(path).parts:
             return None
         return path if (root_dir / path).is_file() else None
 
-    view["readme"] = here(view.get("readme"))
+    def material(path) -> str | None:
+        return here(f"{MATERIAL}/{path}") if isinstance(path, str) else None
+
+    view["readme"] = material(view.get("readme")) or here(view.get("readme"))
     for lecture in view.get("lectures", []):
-        lecture["path"] = here(lecture.get("path"))
+        lecture["path"] = material(lecture.get("path")) or here(lecture.get("path"))
     for assignment in view.get("assignments", []):
         for notebook in assignment.get("notebooks", []):
             fetched = f"{assignment.get('name')}/{notebook.get('id')}.ipynb"

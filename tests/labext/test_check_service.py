@@ -97,14 +97,24 @@ def hand_in(home: Path, nb, *files: tuple[str, bytes]) -> str:
 
 
 async def test_the_panel_lists_the_course_with_the_students_own_paths(jp_fetch, home,
-                                                                     notebooks):
+                                                                     notebooks, course):
+    service_course = course
     course = json.loads((await jp_fetch("autograder", "api", "course")).body)
     assert course["problem"] is None and course["title"]
     first = course["assignments"][0]
     assert first["name"] == ASSIGNMENT and first["released"]
     # Not fetched yet: the service's own copy is nowhere under this server, so no link.
     assert first["notebooks"] == [{"id": "attention", "path": None}]
-    assert course["readme"] is None
+    # The lectures and the README are copied into course/, once, and linked there.
+    assert course["readme"] == "course/README.md"
+    lectures = [lecture["path"] for lecture in course["lectures"]]
+    assert lectures and all(p.startswith("course/lectures/") for p in lectures)
+    for path in [course["readme"], *lectures]:
+        assert (home / path).read_bytes() == (service_course.root / path.removeprefix(
+            "course/")).read_bytes()
+    (home / lectures[0]).write_text("my notes")  # the student's copy from now on
+    course = json.loads((await jp_fetch("autograder", "api", "course")).body)
+    assert (home / lectures[0]).read_text() == "my notes"
     hand_in(home, notebooks["stub"])
     course = json.loads((await jp_fetch("autograder", "api", "course")).body)
     assert course["assignments"][0]["notebooks"] == [
@@ -128,7 +138,8 @@ async def test_checks_run_in_the_service_and_are_kept_under_the_socket_user(
     saved = json.loads((course.root / "check-my-work" / f"{getpass.getuser()}.json")
                        .read_text())
     assert saved[ASSIGNMENT]["attention"]["score"] == 0.0
-    assert sorted(p.name for p in home.iterdir()) == [ASSIGNMENT]
+    assert sorted(p.name for p in home.iterdir()) == [ASSIGNMENT, "course"]
+    assert not list(home.rglob("*.json"))
 
 
 async def test_a_mutant_is_diagnosed_through_the_service(check, home, notebooks):
@@ -194,6 +205,17 @@ def test_the_service_refuses_a_hand_in_that_is_not_plain_files(tmp_path, member)
     with pytest.raises(CheckRefused) as refused:
         unpack(b"not a tar at all" * 40, tmp_path / "out")
     assert refused.value.status == 400
+
+
+@pytest.mark.parametrize("path", ["source/01-attention/attention.ipynb", "gradebook.db",
+                                  "../etc/passwd", "lectures/../gradebook.db"])
+def test_the_service_hands_out_lectures_and_the_readme_only(course, path):
+    from autograder.labext.check_service import material
+
+    assert material(course, "README.md") == (course.root / "README.md").read_text()
+    with pytest.raises(CheckRefused) as refused:
+        material(course, path)
+    assert refused.value.status == 404
 
 
 def test_links_in_the_panel_point_only_at_files_under_the_students_root(tmp_path):
