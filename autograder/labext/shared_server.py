@@ -154,6 +154,7 @@ class CheckService(LoggingConfigurable):
     def __init__(self, root_dir: str, **kwargs):
         super().__init__(**kwargs)
         self.root_dir = Path(root_dir).resolve()
+        self._last_view: dict | None = None
 
     @property
     def where(self) -> str:
@@ -187,10 +188,13 @@ class CheckService(LoggingConfigurable):
         try:
             view = await asyncio.to_thread(self._request, "GET", "/course", None, 60.0)
         except CheckRefused as exc:
-            return {"title": "Course", "problem": str(exc), "readme": None, "lectures": [],
-                    "assignments": []}
+            # The outline as last seen, if any, stays in view under the problem.
+            return {**(self._last_view or {"title": "Course", "readme": None,
+                                           "lectures": [], "assignments": []}),
+                    "problem": str(exc)}
         await asyncio.to_thread(self._copy_material, view)
-        return local_paths(view, self.root_dir)
+        self._last_view = local_paths(view, self.root_dir)
+        return self._last_view
 
     def _copy_material(self, view: dict) -> None:
         """The lectures and the course's README, copied once into ``course/`` under this

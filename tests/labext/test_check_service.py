@@ -172,6 +172,17 @@ async def test_a_service_that_is_down_is_named_not_blamed_on_the_notebook(tmp_pa
     assert "not answering" in view["problem"] and view["assignments"] == []
 
 
+async def test_when_the_service_goes_down_the_panel_keeps_the_outline_it_had(service,
+                                                                               tmp_path):
+    lab = CheckService(root_dir=str(tmp_path), socket=str(service))
+    seen = await lab.course_view("student")
+    assert seen["problem"] is None and seen["assignments"][0]["name"] == ASSIGNMENT
+    lab.socket = str(tmp_path / "stopped.sock")  # as if the service had stopped
+    view = await lab.course_view("student")
+    assert "not answering" in view["problem"]
+    assert view["assignments"] == seen["assignments"] and view["lectures"] == seen["lectures"]
+
+
 def test_a_hand_in_is_the_notebook_and_the_plain_files_beside_it(tmp_path):
     folder = tmp_path / "work"
     folder.mkdir()
