@@ -62,6 +62,14 @@ SCORES_ONLY = ("plot",)
 def check_report_options(args, command) -> None:
     """Refuse an option of the other report, which would otherwise be ignored in silence.
     ``command(words)`` spells a command for the user's workspace (``Course.command``)."""
+    if getattr(args, "checks", False):
+        other = [f"--{n.replace('_', '-')}" for n in ("similarity", *SCORES_ONLY,
+                                                        *SIMILARITY_ONLY) if getattr(args, n)]
+        if other:
+            raise CourseError(f"--checks lists each student's latest Check my work; "
+                              f"{', '.join(other)} belongs to another report: run "
+                              f"`{command(f'report {args.name} --checks')}` without it")
+        return
     wrong = SCORES_ONLY if args.similarity else SIMILARITY_ONLY
     given = ["--" + name.replace("_", "-") for name in wrong if getattr(args, name) is not None]
     if not given:

@@ -126,17 +126,11 @@ def cmd_report(args) -> int:
         from . import similarity_report
 
         return similarity_report.main(course, args)
-    records = report.collect(course, args.name)
-    if args.format == "json":
-        print(report.as_json(records))
-    elif args.format == "csv":
-        print(report.as_csv(records), end="")
-    else:
-        print(report.as_table(records) if records else "No graded submissions yet.")
-    if args.plot:
-        report.plot(records, args.plot)
-        print(f"Plot written to {args.plot}", file=sys.stderr)
-    return 0
+    if args.checks:
+        from . import check_progress
+
+        return check_progress.main(course, args)
+    return report.main(course, args)
 
 
 def cmd_export(args) -> int:
@@ -274,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["table", "csv", "json"], default="table",
                    help="table (default, for reading), csv (spreadsheets) or json (scripts)")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG plot here")
+    p.add_argument("--checks", action="store_true", help="each student's latest Check my "
+                   "work instead of grades: who checked, their score, what fails")
     p.add_argument("--similarity", action="store_true",
                    help="list pairs of near-copies (and copies of the reference) instead of scores")
     p.add_argument("--threshold", type=FRACTION, default=None, help="similarity flag (default 0.6)")

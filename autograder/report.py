@@ -22,6 +22,7 @@ import io
 import json
 import re
 import statistics
+import sys
 
 from .course import Course
 from .gradebook import read_result_file
@@ -330,3 +331,18 @@ def plot(records: list[dict], path) -> None:
     right.set(xlim=(0, 100), xlabel="students with full marks (%)", title="Per-exercise pass rate")
     right.invert_yaxis()
     fig.savefig(path, dpi=110)
+
+
+def main(course: Course, args) -> int:
+    """``autograder report NAME``: the table (or CSV, JSON), and the plot if asked."""
+    records = collect(course, args.name)
+    if args.format == "json":
+        print(as_json(records))
+    elif args.format == "csv":
+        print(as_csv(records), end="")
+    else:
+        print(as_table(records) if records else "No graded submissions yet.")
+    if args.plot:
+        plot(records, args.plot)
+        print(f"Plot written to {args.plot}", file=sys.stderr)
+    return 0
