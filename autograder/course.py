@@ -149,7 +149,12 @@ class Course:
             self.path(kind).mkdir(parents=True, exist_ok=True)
         # nbgrader's exchange: students fetch from and submit to it, `collect` reads it.
         # Every student account must be able to write here (as nbgrader asks).
-        self.exchange.mkdir(parents=True, exist_ok=True)
+        try:
+            self.exchange.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CourseError(f"cannot create the exchange {self.exchange} ({exc.strerror}): "
+                              f"make it as its parent's owner (`mkdir -p {self.exchange} && "
+                              f"chmod 777 {self.exchange}`), then run init again") from None
         try:
             os.chmod(self.exchange, 0o777)
         except PermissionError:  # another owner's folder: fine if it is open already

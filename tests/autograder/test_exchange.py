@@ -72,7 +72,7 @@ def test_an_exchange_outside_a_private_workspace(tmp_path):
     """On a server students share, the workspace is private (chmod 700) and the exchange
     lives where every student can reach it: `autograder init --exchange DIR`. The
     workspace remembers it; release, fetch, submit and collect go through it."""
-    from autograder.course import Course
+    from autograder.course import Course, CourseError
     from autograder.scaffold import new_assignment
 
     new_assignment(NAME, tmp_path / "assignments", title="Tiny: softmax")
@@ -98,3 +98,6 @@ def test_an_exchange_outside_a_private_workspace(tmp_path):
     _nbgrader("submit", NAME, cwd=home, course=course)
     assert getpass.getuser() in course.collect(NAME)
     assert not (course.root / "exchange").exists()
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(CourseError, match="cannot create the exchange .*a-file/exchange"):
+        Course(tmp_path / "ws2").init(exchange=tmp_path / "a-file" / "exchange")
