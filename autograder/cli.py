@@ -301,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
     p.add_argument("--workers", type=COUNT, default=2, help="parallel kernels (default: 2)")
     p = add("serve-checks", cmd_serve_checks, '"Check my work" on a shared server: check the '
-            "notebooks students' Jupyter servers send to a Unix socket, as this user")
+            "notebooks students' Jupyter servers send here, as this user")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--socket", type=Path, help="a Unix socket, e.g. /run/autograder/"
                        "check.sock, for students who are Unix users of this machine "

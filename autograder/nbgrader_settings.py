@@ -7,6 +7,8 @@ come from :func:`settings`, so the two can never disagree.
 
 from __future__ import annotations
 
+import textwrap
+
 from .feedback import FEEDBACK_EXPORTER, GENERATE_FEEDBACK_PREPROCESSORS
 from .formgrader_bridge import AUTOGRADE_PREPROCESSORS
 from .release_steps import GENERATE_ASSIGNMENT_PREPROCESSORS
@@ -45,8 +47,6 @@ def settings(course) -> list[tuple[str, str, object]]:
 
 def config_file(course) -> str:
     """The text of the workspace's ``nbgrader_config.py``."""
-    import textwrap
-
     lines = [HEADER]
     for why, name, value in settings(course):
         lines += [f"# {line}\n" for line in textwrap.wrap(why, 86)]

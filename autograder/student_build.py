@@ -32,7 +32,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -209,13 +208,14 @@ def stage_student_toolkit(target: Path, assignments_dir: Path, unlocked=(),
     return stubbed
 
 
-def wheel_version(staged: Path, requirements: list[str]) -> str:
-    """``0.1.0+student.<hash>``, the hash of every file of the staged package and of the
-    requirements. pip keeps an installed wheel whose version equals the new one's, so a
-    fix to the toolkit or a newly unlocked assignment must change it; an unchanged tree
-    keeps it, and students who install the same build again download nothing."""
+def wheel_version(staged: Path, requirements: list[str], build: str = "student") -> str:
+    """``0.1.0+<build>.<hash>`` (``build``: ``student``, or ``lab`` for the student lab),
+    the hash of every file of the staged package and of the requirements. pip keeps an
+    installed wheel whose version equals the new one's, so a fix to the toolkit or a newly
+    unlocked assignment must change it; an unchanged tree keeps it, and students who
+    install the same build again download nothing."""
     digest = hashlib.sha256("\n".join(requirements).encode() + files_digest([staged]))
-    return f"0.1.0+student.{digest.hexdigest()[:10]}"
+    return f"0.1.0+{build}.{digest.hexdigest()[:10]}"
 
 
 def build_student_toolkit(
@@ -226,7 +226,7 @@ def build_student_toolkit(
     locked. ``inspect`` is called with the staged package folder before the wheel is made
     (``autograder release`` compares it with the locked solutions). Returns the wheel's
     path."""
-    locked = sorted(set(available_assignments(assignments_dir)) - set(unlocked))
+    locked = locked_assignments(assignments_dir, unlocked)
     with tempfile.TemporaryDirectory(prefix="student-toolkit-") as tmp:
         project = Path(tmp)
         stage_student_toolkit(project / "toolkit", assignments_dir, unlocked)
@@ -238,14 +238,18 @@ def build_student_toolkit(
             locked=", ".join(locked) or "none",
             dependencies=", ".join(map(json.dumps, requirements))))
         out_dir = Path(out_dir)
-        return pip_wheel(project, out_dir, "student toolkit")
+        return pip_wheel(project, out_dir, DISTRIBUTION, "student toolkit")
 
 
-def pip_wheel(project: Path, out_dir: Path, what: str) -> Path:
-    """Build the wheel of the staged ``project`` into ``out_dir``, in place of the wheels
-    of the same distribution built there before; returns its path."""
-    name = tomllib.loads((project / "pyproject.toml").read_text())["project"]["name"]
-    pattern = f"{name.replace('-', '_')}-*.whl"
+def locked_assignments(assignments_dir: Path, unlocked) -> list[str]:
+    """The assignments whose answers the student wheel stubs: all but ``unlocked``."""
+    return sorted(set(available_assignments(assignments_dir)) - set(unlocked))
+
+
+def pip_wheel(project: Path, out_dir: Path, distribution: str, what: str) -> Path:
+    """Build the wheel of the staged ``project`` (named ``distribution``) into ``out_dir``,
+    in place of the wheels of that distribution built there before; returns its path."""
+    pattern = f"{distribution.replace('-', '_')}-*.whl"
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob(pattern):
         old.unlink()
@@ -271,7 +275,7 @@ def release_student_builds(course, *, toolkit: bool, lab: bool, unlocked: list[s
             inspect=lambda staged: overlaps.extend(
                 answer_overlaps(staged, course.assignments_dir, unlocked)))
         print(f"Student toolkit: {wheel}")
-        locked = sorted(set(available_assignments(course.assignments_dir)) - set(unlocked))
+        locked = locked_assignments(course.assignments_dir, unlocked)
         print(f"Locked (answers stubbed or withheld): {', '.join(locked) or 'none'}; "
               f"unlocked: {', '.join(unlocked) or 'none'} (--unlock NAME after a deadline)")
         for overlap in overlaps:

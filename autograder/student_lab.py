@@ -19,15 +19,13 @@ notebook itself, it asks the service named by ``c.CheckService.socket`` or ``url
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import tempfile
 from pathlib import Path
 
 from .course import CourseError
-from .prepare_checkpoint import files_digest
-from .student_build import PYPROJECT_HEAD, pip_wheel, student_requirements
+from .student_build import PYPROJECT_HEAD, pip_wheel, student_requirements, wheel_version
 
 PROJECT = Path(__file__).resolve().parent.parent
 LABEXT = PROJECT / "autograder" / "labext"
@@ -66,14 +64,12 @@ def build_student_lab(out_dir: Path) -> Path:
                 folder = staged.parent.relative_to(project / "data").as_posix()
                 data_files.setdefault(folder, []).append(staged.relative_to(project).as_posix())
         requirements = student_requirements(("jupyterlab",))
-        digest = hashlib.sha256("\n".join(requirements).encode() + files_digest([project]))
-        version = f"0.1.0+lab.{digest.hexdigest()[:10]}"  # a new build, a new version
         (project / "pyproject.toml").write_text(_PYPROJECT.format(
-            name=DISTRIBUTION, version=version,
+            name=DISTRIBUTION, version=wheel_version(project, requirements, "lab"),
             dependencies=", ".join(map(json.dumps, requirements)),
             data_files="\n".join(f"{json.dumps(folder)} = {json.dumps(files)}"
                                  for folder, files in sorted(data_files.items()))))
-        return pip_wheel(project, Path(out_dir), "student lab")
+        return pip_wheel(project, Path(out_dir), DISTRIBUTION, "student lab")
 
 
 _PYPROJECT = PYPROJECT_HEAD.replace("{description}", "The course's JupyterLab panel for "
