@@ -204,7 +204,7 @@ class CheckService(LoggingConfigurable):
                                         view.get("lectures", []))]
         for path in filter(None, wanted):
             local = self.root_dir / MATERIAL / path
-            if ".." in PurePosixPath(path).parts or local.exists():
+            if not _inside(path) or local.exists():
                 continue
             try:
                 answer = self._request("GET", "/material?" + urllib.parse.urlencode(
@@ -221,7 +221,7 @@ def local_paths(view: dict, root_dir: Path) -> dict:
     and README where :meth:`CheckService._copy_material` put them, each notebook where
     nbgrader's fetch puts it."""
     def here(path) -> str | None:
-        if not isinstance(path, str) or ".." in PurePosixPath(path).parts:
+        if not isinstance(path, str) or not _inside(path):
             return None
         return path if (root_dir / path).is_file() else None
 
@@ -236,3 +236,10 @@ def local_paths(view: dict, root_dir: Path) -> dict:
             fetched = f"{assignment.get('name')}/{notebook.get('id')}.ipynb"
             notebook["path"] = here(fetched) or here(notebook.get("path"))
     return view
+
+
+def _inside(path: str) -> bool:
+    """A relative path that stays below the folder it is joined to (no ``..``, not
+    absolute: ``root / "/etc/passwd"`` would be ``/etc/passwd``)."""
+    rel = PurePosixPath(path)
+    return not rel.is_absolute() and ".." not in rel.parts

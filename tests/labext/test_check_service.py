@@ -232,11 +232,13 @@ def test_the_service_hands_out_lectures_and_the_readme_only(course, path):
 def test_links_in_the_panel_point_only_at_files_under_the_students_root(tmp_path):
     (tmp_path / "01-attention").mkdir()
     (tmp_path / "01-attention" / "attention.ipynb").write_text("{}")
-    view = {"readme": "README.md", "lectures": [{"path": "../etc/passwd"}],
+    view = {"readme": "README.md", "lectures": [{"path": "../etc/passwd"},
+                                                {"path": "/etc/passwd"}],
             "assignments": [{"name": "01-attention", "notebooks": [
                 {"id": "attention", "path": "release/01-attention/attention.ipynb"}]}]}
     local_paths(view, tmp_path)
-    assert view["readme"] is None and view["lectures"][0]["path"] is None
+    assert view["readme"] is None
+    assert [lecture["path"] for lecture in view["lectures"]] == [None, None]
     assert view["assignments"][0]["notebooks"][0]["path"] == "01-attention/attention.ipynb"
 
 
