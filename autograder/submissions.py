@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from .course import AssignmentSpec, Course, CourseError, Mutant, notebook_from_text
 from .prepare_checkpoint import checkpoint_cache_dir
+from .warm_script import run_script
 
 
 def _grade_id(cell) -> str | None:
@@ -263,7 +264,9 @@ def run_prepare(spec: AssignmentSpec, folder: Path, student: str, scratch: Path)
     checkpoint of the capstone. ``prepare = "script.py"`` in ``assignment.toml`` names a
     script in the assignment folder; it runs as ``python script.py <student id>`` (with
     this Python, the submission folder as working directory, at most
-    ``submission_timeout`` seconds) after the submission's notebooks are written, and
+    ``submission_timeout`` seconds; forked from a process that has imported torch
+    already, :func:`~autograder.warm_script.run_script`) after the submission's notebooks
+    are written, and
     writes what that student would hand in next to them. ``AUTOGRADER_PREPARE_SCRATCH``
     names a folder the runs share, within one :func:`write_submissions` call and across
     calls: the checkpoint cache (:func:`~autograder.prepare_checkpoint.checkpoint_cache_dir`),
@@ -275,10 +278,8 @@ def run_prepare(spec: AssignmentSpec, folder: Path, student: str, scratch: Path)
     script = spec.path / spec.prepare
     env = {**os.environ, "AUTOGRADER_PREPARE_SCRATCH": str(scratch)}
     try:
-        done = subprocess.run(
-            [sys.executable, str(script), student], cwd=folder, env=env,
-            capture_output=True, text=True, timeout=spec.limits.submission_timeout,
-        )
+        done = run_script(script, [student], cwd=folder, env=env,
+                          timeout=spec.limits.submission_timeout)
     except subprocess.TimeoutExpired:
         limit = spec.limits.submission_timeout
         tqdm.write(f"prepare {student}: {spec.prepare} stopped after {limit:g}s", file=sys.stderr)
