@@ -36,7 +36,8 @@ def read_submission(path: Path) -> nbformat.NotebookNode:
     if size == 0:
         raise NotGradable(f"{path.name} is empty")
     if size > MAX_NOTEBOOK_BYTES:
-        raise NotGradable(f"{path.name} is {size / 2**20:.0f} MiB, over the 20 MiB limit")
+        raise NotGradable(f"{path.name} is {size / 2**20:.0f} MiB, over the "
+                          f"{MAX_NOTEBOOK_BYTES // 2**20} MiB limit")
     try:
         raw = json.loads(path.read_bytes())
     except (ValueError, UnicodeDecodeError) as exc:

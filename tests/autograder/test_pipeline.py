@@ -141,6 +141,16 @@ def test_unreadable_notebooks_score_zero_with_a_reason(graded, student, reason):
     assert rec["score"] == 0.0 and any(reason in n for n in rec["notes"])
 
 
+def test_a_notebook_over_the_size_limit_is_refused_before_it_is_read(tmp_path):
+    from autograder.sanitize import MAX_NOTEBOOK_BYTES, NotGradable, read_submission
+
+    huge = tmp_path / "tiny.ipynb"
+    with huge.open("wb") as f:
+        f.truncate(MAX_NOTEBOOK_BYTES + 1)  # sparse: no disk is used
+    with pytest.raises(NotGradable, match=f"over the {MAX_NOTEBOOK_BYTES // 2**20} MiB limit"):
+        read_submission(huge)
+
+
 def test_tampered_test_cells_are_restored_and_reported(graded):
     records = graded[2]
     assert records["deleted-test-cell"]["score"] == 2.0

@@ -198,6 +198,17 @@ def test_a_hand_in_is_the_notebook_and_the_plain_files_beside_it(tmp_path):
                                                                   "model.safetensors"]
 
 
+def test_the_largest_hand_in_the_grader_takes_fits_the_service(tmp_path):
+    # The student side cannot import the grader's limit: the two constants must agree.
+    from autograder.labext.handin import MAX_SIBLING_BYTES
+    from autograder.labext.shared_server import MAX_UPLOAD_BYTES
+    from autograder.sanitize import MAX_NOTEBOOK_BYTES
+
+    tar_overhead = 2**20  # headers and padding of a tar of a few files
+    assert MAX_NOTEBOOK_BYTES + MAX_SIBLING_BYTES + tar_overhead <= MAX_UPLOAD_BYTES
+    assert MAX_UPLOAD_BYTES <= MAX_NOTEBOOK_BYTES + MAX_SIBLING_BYTES + 2 * tar_overhead
+
+
 @pytest.mark.parametrize("member", ["../escape", "sub/file", ".hidden", "link"])
 def test_the_service_refuses_a_hand_in_that_is_not_plain_files(tmp_path, member):
     buffer = io.BytesIO()
