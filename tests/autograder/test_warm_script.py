@@ -144,23 +144,33 @@ def _alive(pid: int) -> bool:
 
 
 def test_runs_from_two_threads_overlap(warm, tmp_path):
-    script = tmp_path / "slow.py"
-    script.write_text("import sys, time\ntime.sleep(2)\nprint(sys.argv[1])\n")
-    run_script(script, ["warm-up"], cwd=tmp_path, env=dict(os.environ), timeout=120)
+    # Each run marks that it has started and waits for the other's mark: two runs one
+    # after the other would never both finish.
+    script = tmp_path / "meet.py"
+    script.write_text(textwrap.dedent("""
+        import sys, time
+        from pathlib import Path
+        me, other = sys.argv[1], sys.argv[2]
+        Path(me).touch()
+        deadline = time.monotonic() + 60
+        while not Path(other).exists():
+            if time.monotonic() > deadline:
+                sys.exit("never met " + other)
+            time.sleep(0.05)
+        print("met", other)
+    """))
     results = {}
 
-    def run(name):
-        results[name] = run_script(script, [name], cwd=tmp_path, env=dict(os.environ),
-                                   timeout=60).stdout.strip()
+    def run(me, other):
+        results[me] = run_script(script, [me, other], cwd=tmp_path, env=dict(os.environ),
+                                 timeout=120).stdout.strip()
 
-    threads = [threading.Thread(target=run, args=(n,)) for n in ("a", "b")]
-    started = time.monotonic()
+    threads = [threading.Thread(target=run, args=pair) for pair in (("a", "b"), ("b", "a"))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert results == {"a": "a", "b": "b"}
-    assert time.monotonic() - started < 3.8  # together, not one after the other
+    assert results == {"a": "met b", "b": "met a"}
 
 
 def test_a_server_that_dies_costs_no_run(warm, tmp_path):
