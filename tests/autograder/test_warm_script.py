@@ -42,15 +42,24 @@ REPORT = textwrap.dedent("""
 """)
 
 
+@pytest.fixture(scope="module")
+def module_server():
+    """One server for the tests of this module (starting one costs 3 s of imports)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("AUTOGRADER_WARM_SCRIPTS", raising=False)
+        patch.setattr(warm_script, "_server", None)
+        patch.setattr(warm_script, "_server_failed", False)
+        yield
+        if warm_script._server is not None:
+            warm_script._server.close()
+
+
 @pytest.fixture
-def warm(monkeypatch):
-    """A server of this test's own, closed afterwards."""
+def warm(module_server, monkeypatch):
+    """The module's server, or a new one where a test before this one stopped it."""
     monkeypatch.delenv("AUTOGRADER_WARM_SCRIPTS", raising=False)
-    monkeypatch.setattr(warm_script, "_server", None)
-    monkeypatch.setattr(warm_script, "_server_failed", False)
-    yield
-    if warm_script._server is not None:
-        warm_script._server.close()
+    if warm_script._server_failed:
+        warm_script._server_failed = False
 
 
 def _both_ways(monkeypatch, script: Path, args: list[str], cwd: Path, env: dict,
