@@ -32,6 +32,7 @@ from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
+from .cell_notes import cell_label, error_note
 from .launcher import KernelLauncher, start_mode
 from .limits import Limits
 from .sandbox import bwrap_path
@@ -82,17 +83,6 @@ def _output_size(output) -> int:
 
 def _note_output(text: str):
     return nbformat.v4.new_output("stream", name="stdout", text=f"\n{text}\n")
-
-
-def cell_label(index: int, cell) -> str:
-    """How the notes name a cell: its place in the notebook (markdown cells count, as in
-    nbgrader) and its first line of code, which the student can search for: Jupyter's
-    ``In [n]`` numbers change with every run and say nothing about the file."""
-    first = next((line.strip() for line in cell.source.splitlines()
-                  if line.strip() and not line.strip().startswith(("#", "%"))), "")
-    if not first:
-        return f"cell {index + 1}"
-    return f"cell {index + 1} (`{first[:40]}{'...' if len(first) > 40 else ''}`)"
 
 
 class KernelSession:
@@ -275,9 +265,7 @@ class KernelSession:
                     break
                 continue
             if errors:
-                self.events.append(
-                    f"{label} raised {errors[0].get('ename')}: {errors[0].get('evalue')}"[:300]
-                )
+                self.events.append(error_note(label, errors[0]))
                 continue
             self._good_cells.append(index)
 

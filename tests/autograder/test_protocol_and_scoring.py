@@ -168,7 +168,7 @@ def test_a_missing_parameter_is_explained_from_the_module_side():
 def test_notes_name_a_cell_by_its_place_and_first_line():
     import nbformat
 
-    from autograder.execute import cell_label
+    from autograder.cell_notes import cell_label
 
     cell = nbformat.v4.new_code_cell("# Exercise 2\n%matplotlib inline\n\nout = attention_weights("
                                      "q, k, mask=causal_mask(4), scale=None)\n")
