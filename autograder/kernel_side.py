@@ -135,7 +135,8 @@ class _AutograderBridge:
     def _lookup(self, name):
         if name not in self.ns:
             raise NameError(
-                f"'{name}' is not defined: run the cell that defines it and keep its name"
+                f"'{name}' is not defined: run the cell that defines it and keep its name "
+                "(if that cell raised an error, the notes on your notebook say where)"
             )
         return self.ns[name]
 

@@ -126,6 +126,9 @@ def test_syntax_error_loses_only_what_depends_on_it(graded):
     note = next(n for n in rec["notes"] if "SyntaxError" in n)
     assert re.search(r"raised SyntaxError: .*\(line \d+ of the cell\)", note), note
     assert ".py" not in note, note
+    # The checks of the function that cell should have defined send the student there.
+    missing = [f["message"] for f in rec["failed_checks"] if "is not defined" in f["message"]]
+    assert missing and all("the notes on your notebook say where" in m for m in missing)
 
 
 def test_a_cell_that_kills_the_kernel_is_survived(graded):
