@@ -92,12 +92,21 @@ def _ran(record: dict) -> bool:
     return not message.startswith(("SubmissionError:", "ForbiddenShortcut:"))
 
 
+#: What the kernel says when a check asks for a name the notebook never defined
+#: (``kernel_side``); only an identifier is kept, never other text of the student's.
+_UNDEFINED = re.compile(r"NameError: '([A-Za-z_]\w{0,40}(?:\.[A-Za-z_]\w{0,40})?)' is not "
+                        r"defined: (run the cell that defines it[^'\"]*)")
+
+
 def _submission_error(text: str) -> str:
     """The student's code raised: say which exception, and where its message says so."""
     first = text.strip().splitlines()[0] if text.strip() else ""
     if first.startswith("NotImplementedError"):
         where = raised_in(first)
         return not_written([where] if where else [])
+    undefined = _UNDEFINED.fullmatch(first)
+    if undefined:  # the grader's own words for a name the check asked for: keep the name
+        return f"`{undefined[1]}` is not defined: {undefined[2]}"
     return readable_message(f"SubmissionError: {first}") if first else (
         "your code raised an exception")
 

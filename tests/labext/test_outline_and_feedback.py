@@ -102,6 +102,17 @@ def test_messages_lose_values_inputs_and_student_text():
     message, _ = student_message({"passed": False, "message":
                                   "SubmissionError: ValueError: inputs (3, 1, 4, 1, 5)"})
     assert message == "your code raised ValueError: inputs (…)"
+    # A name the check asked for and the notebook lacks is kept (an identifier, no more).
+    undefined = ("SubmissionError: NameError: 'top_k_gating' is not defined: run the cell "
+                 "that defines it and keep its name (if that cell raised an error, the notes "
+                 "on your notebook say where)")
+    message, _ = student_message({"passed": False, "message": undefined})
+    assert message == ("`top_k_gating` is not defined: run the cell that defines it and keep "
+                       "its name (if that cell raised an error, the notes on your notebook say "
+                       "where)")
+    message, _ = student_message({"passed": False, "message": undefined.replace(
+        "'top_k_gating'", "'inputs (3, 1, 4)'")})
+    assert "3, 1, 4" not in message and "inputs" not in message
     message, hint = student_message({"passed": False, "message":
                                      "out differs (largest difference 0.5). Hint: scale by 1/d"})
     assert message == "out differs (largest difference …)" and hint == "scale by 1/d"
