@@ -260,20 +260,20 @@ def write_submissions(
 def run_prepare(spec: AssignmentSpec, folder: Path, student: str, scratch: Path) -> bool:
     """Run the assignment's ``prepare`` script for one made submission.
 
-    Some assignments need more than a notebook from a student, e.g. the trained
-    checkpoint of the capstone. ``prepare = "script.py"`` in ``assignment.toml`` names a
-    script in the assignment folder; it runs as ``python script.py <student id>`` (with
-    this Python, the submission folder as working directory, at most
-    ``submission_timeout`` seconds; forked from a process that has imported torch
-    already, :func:`~autograder.warm_script.run_script`) after the submission's notebooks
-    are written, and
-    writes what that student would hand in next to them. ``AUTOGRADER_PREPARE_SCRATCH``
-    names a folder the runs share, within one :func:`write_submissions` call and across
-    calls: the checkpoint cache (:func:`~autograder.prepare_checkpoint.checkpoint_cache_dir`),
-    or a folder of this call alone when that is off. The runs may overlap, so the script
-    must guard what it shares (key its files by all they depend on). A failure is
-    reported on stderr and grading goes on: the submission then lacks the file, as a
-    student's would. Returns whether the script succeeded.
+    Some assignments need more than a notebook from a student, e.g. the trained checkpoint
+    of the capstone. ``prepare = "script.py"`` in ``assignment.toml`` names a script in the
+    assignment folder; it runs as ``python script.py <student id>`` (with this Python, the
+    submission folder as working directory, at most ``submission_timeout`` seconds; forked
+    from a process that has imported torch already,
+    :func:`~autograder.warm_script.run_script`) after the submission's notebooks are
+    written, and writes what that student would hand in next to them.
+    ``AUTOGRADER_PREPARE_SCRATCH`` names a folder the runs share, within one
+    :func:`write_submissions` call and across calls: the checkpoint cache
+    (:func:`~autograder.prepare_checkpoint.checkpoint_cache_dir`), or a folder of this call
+    alone when that is off. The runs may overlap, so the script must guard what it shares
+    (key its files by all they depend on). A failure is reported on stderr and grading goes
+    on: the submission then lacks the file, as a student's would. Returns whether the script
+    succeeded.
     """
     script = spec.path / spec.prepare
     env = {**os.environ, "AUTOGRADER_PREPARE_SCRATCH": str(scratch)}

@@ -257,7 +257,8 @@ def run_script(script: str | Path, args: list[str], *, cwd: str | Path,
     if server is not None:
         with tempfile.TemporaryDirectory(prefix="autograder-script-") as scratch:
             stdout, stderr = Path(scratch, "stdout"), Path(scratch, "stderr")
-            request = {"script": str(Path(script).resolve()), "args": list(args),
+            # As given: a relative path is found from cwd, as `python script.py` finds it.
+            request = {"script": str(script), "args": list(args),
                        "cwd": str(cwd), "env": dict(env), "stdout": str(stdout),
                        "stderr": str(stderr)}
             try:

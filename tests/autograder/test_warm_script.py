@@ -92,6 +92,19 @@ def test_the_script_sees_what_a_fresh_interpreter_would(warm, monkeypatch, tmp_p
     assert warm_run.stderr == fresh_run.stderr == "to stderr\n"
 
 
+def test_a_relative_script_is_found_from_the_working_directory(warm, monkeypatch, tmp_path):
+    workdir = tmp_path / "submission"
+    workdir.mkdir()
+    (workdir / "report.py").write_text(REPORT)
+    monkeypatch.chdir(tmp_path)  # the caller is elsewhere
+    warm_run, fresh_run = _both_ways(monkeypatch, Path("report.py"), ["s", "0"], workdir,
+                                     dict(os.environ))
+    assert warm_run.returncode == fresh_run.returncode == 0, warm_run.stderr
+    seen = json.loads(warm_run.stdout)
+    assert seen == json.loads(fresh_run.stdout)
+    assert seen["argv"] == ["report.py", "s", "0"] and seen["path0"] == str(workdir)
+
+
 def test_an_exception_is_printed_and_exits_with_one(warm, monkeypatch, tmp_path):
     script = tmp_path / "fails.py"
     script.write_text("def train():\n    raise ValueError('the loss stopped being finite')\n"
