@@ -1,9 +1,10 @@
 """A script forked from the warm server runs as ``python script.py ARGS`` would.
 
 :func:`autograder.warm_script.run_script` runs each made submission's ``prepare`` script
-in a fork of a server that has imported torch already. Each test here runs a real script
-both ways, warm and as a fresh interpreter (``AUTOGRADER_WARM_SCRIPTS=0``), and compares
-what the script saw and did. Real processes throughout.
+in a fork of a server that has imported torch already. The first tests run a real script
+both ways, warm and as a fresh interpreter (``AUTOGRADER_WARM_SCRIPTS=0``), and compare
+what it saw and did; the others check that runs are warm, apart, concurrent, stopped on
+time and never lost to a failing server. Real processes throughout.
 """
 
 from __future__ import annotations
