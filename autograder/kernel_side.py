@@ -24,6 +24,11 @@ try:  # imported as a module: the grader's mistake oracle, the tests
 except ImportError:  # executed from source in the kernel, after kernel_guard's source
     pass
 
+#: What a check that asks for a name the notebook lacks tells the student (Check my work
+#: keeps the name in front of it: ``labext.feedback``).
+UNDEFINED_ADVICE = ("run the cell that defines it and keep its name (if that cell raised an "
+                    "error, the notes on your notebook say where)")
+
 
 class _AutograderBridge:
     MAX_MESSAGE = 4000
@@ -134,10 +139,7 @@ class _AutograderBridge:
 
     def _lookup(self, name):
         if name not in self.ns:
-            raise NameError(
-                f"'{name}' is not defined: run the cell that defines it and keep its name "
-                "(if that cell raised an error, the notes on your notebook say where)"
-            )
+            raise NameError(f"'{name}' is not defined: {UNDEFINED_ADVICE}")
         return self.ns[name]
 
     def _run(self, request, args, kwargs, tensors):

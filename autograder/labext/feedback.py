@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from types import SimpleNamespace
 
+from ..kernel_side import UNDEFINED_ADVICE
 from ..scoring import raised_in, readable_message, upstream_message, waiting_on_values
 
 _CASE_ID = re.compile(r"\s*\[[^\]]*\]\s*$")
@@ -95,7 +96,7 @@ def _ran(record: dict) -> bool:
 #: What the kernel says when a check asks for a name the notebook never defined
 #: (``kernel_side``); only an identifier is kept, never other text of the student's.
 _UNDEFINED = re.compile(r"NameError: '([A-Za-z_]\w{0,40}(?:\.[A-Za-z_]\w{0,40})?)' is not "
-                        r"defined: (run the cell that defines it[^'\"]*)")
+                        rf"defined: ({re.escape(UNDEFINED_ADVICE)})")
 
 
 def _submission_error(text: str) -> str:
