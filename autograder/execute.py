@@ -49,9 +49,10 @@ WATCH_SECONDS = 0.1
 __all__ = ["SKIP_TAG", "KernelSession", "kernel_start_mode"]
 
 
-def kernel_start_mode() -> str:
-    """How kernels start on this machine (printed by ``autograder grade``)."""
-    return start_mode()
+def kernel_start_mode(uses_gpu: bool = False) -> str:
+    """How kernels start on this machine (printed by ``autograder grade``); a ``gpu = true``
+    assignment's kernels on a machine with a GPU never come from the fork server."""
+    return start_mode(uses_gpu)
 
 
 class _CappedClient(NotebookClient):

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from . import gpu
 from . import gradebook as writer
 from .course import AssignmentSpec, Course, CourseError
 from .execute import kernel_start_mode
@@ -179,7 +180,8 @@ def _grade(course, spec, students, workers, scheduler, force, progress, log, cel
     isolation = describe_isolation(spec.limits)
     log(
         f"Grading {spec.name}: {len(todo)} submission(s) to grade, {len(skipped)} already graded; "
-        f"isolation: {isolation}; kernels: {kernel_start_mode()}"
+        f"isolation: {isolation}; "
+        f"kernels: {kernel_start_mode(spec.limits.gpu and gpu.available())}"
     )
     if not todo:
         return {"graded": [], "skipped": skipped, "isolation": isolation}

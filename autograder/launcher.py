@@ -41,8 +41,10 @@ from .storage import Storage, scratch_root
 log = logging.getLogger(__name__)
 
 
-def start_mode() -> str:
+def start_mode(uses_gpu: bool = False) -> str:
     """What ``autograder grade`` prints about how kernels start."""
+    if uses_gpu and forkserver.enabled():
+        return "started from scratch (the fork server's template has no GPU)"
     if forkserver.enabled():
         return "forked from a preloaded template (fork server)"
     return "started from scratch (fork server off)"

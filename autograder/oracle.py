@@ -171,12 +171,17 @@ class OracleError(RuntimeError):
 class MistakeOracle:
     """A lazily started helper process that replays requests against notebook variants."""
 
-    def __init__(self):
+    def __init__(self, uses_gpu: bool = False):
+        #: Replay on the GPU, as the kernels of a ``gpu = true`` assignment ran: a check
+        #: that computes on the GPU there must compute on it here too, or no answer of a
+        #: mistake would match the student's (see :mod:`autograder.gpu`).
+        self.uses_gpu = uses_gpu
         self._process: subprocess.Popen | None = None
         self._sent: set[str] = set()  # variants the running helper has executed
         self._lock = threading.Lock()
 
-    def _start(self) -> subprocess.Popen:
+    def environment(self) -> dict[str, str]:
+        """The helper's environment: ours, as a grading kernel would see it."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("JPY_")}
         # What a grading kernel sees: no widgets drawn, no display, one thread, Triton's
         # interpreter unless told otherwise (see autograder.sandbox.kernel_environment).
@@ -185,15 +190,18 @@ class MistakeOracle:
             MPLBACKEND="Agg",
             OMP_NUM_THREADS="1",
             PYTHONDONTWRITEBYTECODE="1",
-            TRITON_INTERPRET=os.environ.get("TRITON_INTERPRET", "1"),
+            TRITON_INTERPRET="0" if self.uses_gpu else os.environ.get("TRITON_INTERPRET", "1"),
             AUTOGRADER_GRADING="1",
         )
+        return env
+
+    def _start(self) -> subprocess.Popen:
         return subprocess.Popen(
             [sys.executable, "-m", "autograder.oracle"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env=env,
+            env=self.environment(),
         )
 
     def _ensure_started(self) -> None:
@@ -240,16 +248,16 @@ class MistakeOracle:
                 process.wait()
 
 
-_shared: MistakeOracle | None = None
+_shared: dict[bool, MistakeOracle] = {}
 
 
-def shared_oracle() -> MistakeOracle:
-    """This grading process's oracle (one per worker; stopped when the process exits)."""
-    global _shared
-    if _shared is None:
-        _shared = MistakeOracle()
-        atexit.register(_shared.close)
-    return _shared
+def shared_oracle(uses_gpu: bool = False) -> MistakeOracle:
+    """This grading process's oracle (one per worker, and one more for the submissions
+    graded on the GPU; stopped when the process exits)."""
+    if uses_gpu not in _shared:
+        _shared[uses_gpu] = MistakeOracle(uses_gpu)
+        atexit.register(_shared[uses_gpu].close)
+    return _shared[uses_gpu]
 
 
 if __name__ == "__main__":

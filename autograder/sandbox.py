@@ -227,11 +227,19 @@ def bwrap_arguments(bwrap: str, writable: Path, hidden=(), tmp: str | int = COVE
         elif host.is_dir():
             args += ["--ro-bind", str(host), str(host)]
     args += ["--dev", "/dev", "--proc", "/proc"]
-    if uses_gpu:
-        args += gpu.bwrap_arguments(_readonly_roots())
     args += _scratch_mount(tmp, "/tmp")
+    scratch = [Path("/tmp")]
     if shm is not None:
         args += _scratch_mount(shm, "/dev/shm")
+        scratch.append(Path("/dev/shm"))
+    # A Python that lives under /tmp (a virtualenv made there, say) was just hidden by
+    # the fresh /tmp: show it again, read-only, inside it.
+    for root in _readonly_roots():
+        if any(root.is_relative_to(s) for s in scratch):
+            args += (_parent_dirs(root, set(scratch))
+                     + ["--ro-bind", str(root), str(root)])
+    if uses_gpu:
+        args += gpu.bwrap_arguments(_readonly_roots())
     # From the project only the toolkit (widgets, helpers) is visible. The project root
     # itself becomes an empty tmpfs, so assignment sources, the hidden checks and any
     # workspace inside the checkout are absent.
@@ -285,6 +293,10 @@ def _parent_dirs(path: Path, made: set[Path]) -> list[str]:
     return args
 
 
+#: The user name a grading kernel's environment gives (USER, LOGNAME).
+SANDBOX_USER = "student"
+
+
 def kernel_environment(workdir: Path, tmpdir: str = "/tmp",
                        uses_gpu: bool = False) -> dict[str, str]:
     """Environment for a grading kernel: no secrets from ours, single-threaded maths;
@@ -293,6 +305,11 @@ def kernel_environment(workdir: Path, tmpdir: str = "/tmp",
     env = {k: v for k, v in os.environ.items() if k in keep}
     env.update(
         HOME=str(workdir),
+        # The kernel's uid has no passwd entry: without these, getpass.getuser() raises
+        # KeyError, and so does every library that names a cache folder after the user
+        # (PyTorch 2.11's compiler cache on the first optimizer step, say).
+        USER=SANDBOX_USER,
+        LOGNAME=SANDBOX_USER,
         TMPDIR=tmpdir,
         MPLBACKEND="Agg",
         MPLCONFIGDIR=str(workdir / ".mpl"),

@@ -4,7 +4,10 @@ On a throwaway course (a temporary workspace, deleted afterwards) it grades the
 reference solution (must get full marks), the released stub and a submission whose
 every answer is a constant of the right shape (both must get zero, without stopping the
 run), and every named mutant (must lose points on each grade cell it ``breaks``). For
-each mutant it lists every check that caught it and whether the diagnosis named it.
+each mutant it lists every check that caught it and whether the diagnosis named it. A
+reference that loses points is followed by each failed check's message, so the cause
+(a check that expects another machine's numbers, a library that fails in the sandbox)
+shows without grading it again by hand.
 """
 
 from __future__ import annotations
@@ -23,16 +26,14 @@ def expectations(spec, records: list[dict]) -> list[dict]:
     by_student = {r["student"]: r for r in records}
     rows = []
 
-    def row(student, expected, ok, detail):
-        rows.append({"student": student, "expected": expected, "ok": bool(ok), "detail": detail})
+    def row(student, expected, ok, detail, why=()):
+        rows.append({"student": student, "expected": expected, "ok": bool(ok), "detail": detail,
+                     "why": list(why)})
 
     ref = by_student.get("reference")
-    row(
-        "reference",
-        "full marks",
-        ref and ref["score"] == ref["max_score"] and ref["max_score"] > 0,
-        _score(ref) + _failures(ref),
-    )
+    ref_ok = ref and ref["score"] == ref["max_score"] and ref["max_score"] > 0
+    row("reference", "full marks", ref_ok, _score(ref) + _failures(ref),
+        () if ref_ok else _why(ref))
     stub = by_student.get("stub")
     row("stub", "zero", stub and stub["score"] == 0, _score(stub) + _failures(stub, passed=True))
     constant = by_student.get("constant")
@@ -77,6 +78,21 @@ def _passes(rec) -> str:
     return f"; earned points on {', '.join(earned)}" if earned else ""
 
 
+def _why(rec, width: int = 300) -> list[str]:
+    """What went wrong for a submission that should have passed: each failed check's
+    message and the grading notes (time-outs, a kernel that died), one line each, cut at
+    ``width`` characters."""
+    if rec is None:
+        return []
+    lines = []
+    for fail in rec["failed_checks"]:
+        message = " ".join(str(fail.get("message") or "").split())
+        if len(message) > width:
+            message = message[: width - 3] + "..."
+        lines.append(f"{fail['check']}: {message or '(no message)'}")
+    return lines + [" ".join(str(note).split())[:width] for note in rec.get("notes", [])]
+
+
 def _failures(rec, passed=False) -> str:
     if rec is None:
         return ""
@@ -105,5 +121,7 @@ def validate(names: list[str], workers: int | None = None, log=print, course_dir
             for r in rows:
                 mark = "ok  " if r["ok"] else "FAIL"
                 log(f"  {mark} {r['student']:<{width}}  expected {r['expected']}: {r['detail']}")
+                for line in r["why"]:
+                    log(f"       {'':<{width}}  - {line}")
             all_ok &= all(r["ok"] for r in rows)
     return all_ok

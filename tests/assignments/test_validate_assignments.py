@@ -25,6 +25,6 @@ def test_validate(name, tmp_path):
     write_submissions(course, spec, make_class(course, spec))
     grade(course, name, workers=2, progress=False, log=lambda *a: None)
     rows = expectations(spec, collect(course, name))
-    failed = [f"{r['student']}: expected {r['expected']}, got {r['detail']}" for r in rows
-              if not r["ok"]]
+    failed = [f"{r['student']}: expected {r['expected']}, got {r['detail']}"
+              + "".join(f"\n  - {line}" for line in r["why"]) for r in rows if not r["ok"]]
     assert not failed, "\n".join(failed)

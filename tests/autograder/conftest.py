@@ -73,3 +73,26 @@ def tiny_course(tmp_path_factory):
     course.init()
     course.release("00-tiny")
     return course
+
+
+@pytest.fixture
+def run_cell():
+    """``run_cell(code, limits)``: run one code cell in a fresh sandboxed kernel session;
+    returns its text and error output and the (closed) session."""
+    import nbformat
+
+    from autograder import slots
+    from autograder.execute import KernelSession
+
+    def run(code: str, limits):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+        with slots.sandbox_slot() as slot:
+            session = KernelSession(limits, slot=slot)
+            try:
+                session.run_notebook(nb)
+            finally:
+                session.close()
+        outputs = nb.cells[0].outputs
+        return "".join(str(o.get("text", "")) + str(o.get("evalue", "")) for o in outputs), session
+
+    return run

@@ -12,11 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 
-from autograder import confine, gpu, sandbox, slots
+from autograder import confine, gpu, sandbox
 from autograder.execute import KernelSession
 from autograder.limits import GiB, Limits
 
@@ -101,54 +100,49 @@ def test_bwrap_arguments_bind_devices_after_the_fresh_dev(monkeypatch, tmp_path)
     assert "--dev-bind" not in sandbox.bwrap_arguments("bwrap", writable=tmp_path)
 
 
-def _run_cell(code: str, limits: Limits) -> tuple[str, KernelSession]:
-    """Run one code cell in a fresh sandboxed session: (its text and error output, session)."""
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
-    with slots.sandbox_slot() as slot:
-        session = KernelSession(limits, slot=slot)
-        try:
-            session.run_notebook(nb)
-        finally:
-            session.close()
-    outputs = nb.cells[0].outputs
-    return "".join(str(o.get("text", "")) + str(o.get("evalue", "")) for o in outputs), session
-
-
-def _probe(limits: Limits) -> tuple[str, KernelSession]:
+def _probe(run_cell, limits: Limits) -> tuple[str, KernelSession]:
     code = (
         "import os, resource\n"
         f"print(os.path.exists({STAND_IN!r}), os.environ['TRITON_INTERPRET'],\n"
         "      resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY,\n"
         "      resource.getrlimit(resource.RLIMIT_DATA)[0] != resource.RLIM_INFINITY)\n"
     )
-    text, session = _run_cell(code, limits)
+    text, session = run_cell(code, limits)
     return text.strip(), session
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(sandbox.bwrap_path() is None or not os.path.exists(STAND_IN),
                     reason="needs bubblewrap and a /dev/kmsg to stand in for a GPU")
-def test_sandbox_shows_the_gpu_only_to_gpu_assignments(monkeypatch):
+def test_sandbox_shows_the_gpu_only_to_gpu_assignments(monkeypatch, run_cell):
     monkeypatch.setattr(gpu, "device_nodes", lambda: [STAND_IN])
     monkeypatch.delenv("AUTOGRADER_GPU", raising=False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    seen, session = _probe(Limits(cell_timeout=60, gpu=True))
+    seen, session = _probe(run_cell, Limits(cell_timeout=60, gpu=True))
     assert seen == "True 0 True True", seen
     assert not session.launcher.forked  # the fork server's template has no GPU
-    seen, _ = _probe(Limits(cell_timeout=60))
+    seen, _ = _probe(run_cell, Limits(cell_timeout=60))
     assert seen == "False 1 False False", seen
     monkeypatch.setenv("AUTOGRADER_GPU", "0")
-    seen, _ = _probe(Limits(cell_timeout=60, gpu=True))
+    seen, _ = _probe(run_cell, Limits(cell_timeout=60, gpu=True))
     assert seen == "False 1 False False", seen
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available() or not gpu.available(), reason="needs a GPU")
-def test_a_gpu_assignment_kernel_computes_on_the_gpu():
+def test_a_gpu_assignment_kernel_computes_on_the_gpu(run_cell):
     code = (
         "import os, torch\n"
         "x = torch.arange(6.0, device='cuda').reshape(2, 3)\n"
         "print(torch.cuda.is_available(), os.environ['TRITON_INTERPRET'], float((x @ x.T).sum()))\n"
     )
-    text, _ = _run_cell(code, Limits(cell_timeout=120, gpu=True))
+    text, _ = run_cell(code, Limits(cell_timeout=120, gpu=True))
     assert text.split() == ["True", "0", "83.0"], text
+
+
+def test_the_grading_line_says_gpu_kernels_start_from_scratch(monkeypatch):
+    from autograder import forkserver, launcher
+
+    monkeypatch.setattr(forkserver, "enabled", lambda: True)
+    assert "fork server" in launcher.start_mode() and "from scratch" not in launcher.start_mode()
+    assert launcher.start_mode(uses_gpu=True).startswith("started from scratch")

@@ -1,0 +1,39 @@
+"""`autograder validate` says why the reference solution lost points, not only where."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from autograder.validate import expectations
+
+
+def _record(student, score, failed=(), notes=()):
+    return {"student": student, "score": score, "max_score": 15.0, "exercises": {},
+            "failed_checks": [{"check": c, "message": m} for c, m in failed],
+            "diagnoses": [], "notes": list(notes)}
+
+
+def test_a_failing_reference_shows_each_check_message_and_the_notes():
+    long = "a score-sized tensor was created\n  " + "x" * 400
+    records = [
+        _record("reference", 14.0, failed=[("test_never_builds_the_score_matrix", long)],
+                notes=["kernel died after 120 s"]),
+        _record("stub", 0.0, failed=[("test_matches", "NotImplementedError")]),
+        _record("constant", 0.0),
+    ]
+    rows = {r["student"]: r for r in expectations(SimpleNamespace(mutants=[]), records)}
+    ref = rows["reference"]
+    assert not ref["ok"]
+    first, note = ref["why"]
+    check, message = first.split(": ", 1)
+    assert check == "test_never_builds_the_score_matrix"
+    assert message.startswith("a score-sized tensor was created x")
+    assert "\n" not in first and len(first) <= 340 and first.endswith("...")
+    assert note == "kernel died after 120 s"
+    assert rows["stub"]["ok"] and rows["stub"]["why"] == []
+
+
+def test_a_passing_reference_has_nothing_to_explain():
+    records = [_record("reference", 15.0), _record("stub", 0.0), _record("constant", 0.0)]
+    rows = expectations(SimpleNamespace(mutants=[]), records)
+    assert all(r["ok"] and r["why"] == [] for r in rows)
