@@ -307,7 +307,7 @@ def kernel_environment(workdir: Path, tmpdir: str = "/tmp",
         HOME=str(workdir),
         # The kernel's uid has no passwd entry: without these, getpass.getuser() raises
         # KeyError, and so does every library that names a cache folder after the user
-        # (PyTorch 2.11's compiler cache on the first optimizer step, say).
+        # (PyTorch 2.11's compiler cache, which checks of 04 and 07 reach, say).
         USER=SANDBOX_USER,
         LOGNAME=SANDBOX_USER,
         TMPDIR=tmpdir,

@@ -3,8 +3,8 @@ libraries that ask who the user is get an answer.
 
 ``getpass.getuser()`` reads USER/LOGNAME first and falls back to the passwd database,
 which raises ``KeyError`` for such a uid. PyTorch 2.11 names its compiler cache after
-the user on the first optimizer step, so on a GPU grading machine every train-step check
-of the capstone failed with ``KeyError: 'getpwuid(): uid not found'`` before the kernel
+the user, so on a GPU grading machine with it the capstone's train-step checks and 04's
+score-matrix check failed with ``KeyError: 'getpwuid(): uid not found'`` before the kernel
 environment set both variables.
 """
 
