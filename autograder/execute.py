@@ -104,7 +104,13 @@ class KernelSession:
                                        use_fork_server=use_fork_server)
         self.storage.inside_pid = self.launcher.inside_pid
         if submission_dir is not None:
-            self.storage.fill(Path(submission_dir), notebook_name)
+            try:
+                self.storage.fill(Path(submission_dir), notebook_name)
+            except BaseException:
+                # No session comes back to close: give the mounted areas (and whatever
+                # of the files fitted) back now, or they hold memory until the next sweep.
+                self.storage.close()
+                raise
         self.client: _CappedClient | None = None
         self._good_cells: list[int] = []
         self._bridge_source: str | None = None
@@ -151,9 +157,12 @@ class KernelSession:
         self.client = None
 
     def close(self) -> None:
-        """Stop the kernel and give back its storage (memory and disk)."""
-        self.shutdown()
-        self.storage.close()
+        """Stop the kernel and give back its storage (memory and disk), the storage even
+        if stopping the kernel failed."""
+        try:
+            self.shutdown()
+        finally:
+            self.storage.close()
 
     def alive(self) -> bool:
         return self.km is not None and run_sync(self.km.is_alive)()
