@@ -45,6 +45,12 @@ def available() -> bool:
     return os.environ.get("AUTOGRADER_GPU", "1") != "0" and bool(device_nodes())
 
 
+def in_use(limits) -> bool:
+    """Whether the kernels graded under ``limits`` (an :class:`autograder.limits.Limits`)
+    get the GPU here: the assignment asks for it and this machine can give it."""
+    return limits.gpu and available()
+
+
 def kernel_environment() -> dict[str, str]:
     """What a GPU kernel's environment adds to the usual one."""
     env = {name: os.environ[name] for name in PASSED_ON if os.environ.get(name)}

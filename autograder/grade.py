@@ -181,7 +181,7 @@ def _grade(course, spec, students, workers, scheduler, force, progress, log, cel
     log(
         f"Grading {spec.name}: {len(todo)} submission(s) to grade, {len(skipped)} already graded; "
         f"isolation: {isolation}; "
-        f"kernels: {kernel_start_mode(spec.limits.gpu and gpu.available())}"
+        f"kernels: {kernel_start_mode(gpu.in_use(spec.limits))}"
     )
     if not todo:
         return {"graded": [], "skipped": skipped, "isolation": isolation}

@@ -43,11 +43,11 @@ log = logging.getLogger(__name__)
 
 def start_mode(uses_gpu: bool = False) -> str:
     """What ``autograder grade`` prints about how kernels start."""
-    if uses_gpu and forkserver.enabled():
+    if not forkserver.enabled():
+        return "started from scratch (fork server off)"
+    if uses_gpu:
         return "started from scratch (the fork server's template has no GPU)"
-    if forkserver.enabled():
-        return "forked from a preloaded template (fork server)"
-    return "started from scratch (fork server off)"
+    return "forked from a preloaded template (fork server)"
 
 
 class KernelLauncher:
@@ -59,7 +59,7 @@ class KernelLauncher:
         self.hidden = tuple(Path(p) for p in hidden)
         self.use_fork_server = use_fork_server
         #: Whether this submission's kernels see the GPU (:mod:`autograder.gpu`).
-        self.uses_gpu = limits.gpu and gpu.available()
+        self.uses_gpu = gpu.in_use(limits)
         self.km: SandboxedKernelManager | None = None
         #: Seconds spent starting this slot's fork server (once per grading worker).
         self.warm_up_seconds = 0.0

@@ -132,7 +132,7 @@ def _diagnose(job: Job, result: NotebookResult, transcripts: dict) -> None:
 
     folder = Path(job.assignment_dir)
     spec = AssignmentSpec.load(folder.name, folder.parent)
-    oracle = shared_oracle(uses_gpu=job.limits.gpu and gpu.available())
+    oracle = shared_oracle(uses_gpu=gpu.in_use(job.limits))
     diagnoses = diagnose(spec, job.notebook_id, result.checks, transcripts, oracle)
     annotate(result.checks, diagnoses)
     result.diagnoses = [d.as_dict() for d in diagnoses]

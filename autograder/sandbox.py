@@ -216,8 +216,9 @@ def bwrap_arguments(bwrap: str, writable: Path, hidden=(), tmp: str | int = COVE
                 "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     else:
         args = [bwrap, "--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL"]
+    roots = _readonly_roots()
     made: set[Path] = set()
-    for root in _readonly_roots():
+    for root in roots:
         args += _parent_dirs(root, made) + ["--ro-bind", str(root), str(root)]
     # Debian's merged /usr: /bin, /lib, /lib64 and /sbin are links into /usr.
     for link in ("bin", "lib", "lib64", "sbin"):
@@ -234,12 +235,12 @@ def bwrap_arguments(bwrap: str, writable: Path, hidden=(), tmp: str | int = COVE
         scratch.append(Path("/dev/shm"))
     # A Python that lives under /tmp (a virtualenv made there, say) was just hidden by
     # the fresh /tmp: show it again, read-only, inside it.
-    for root in _readonly_roots():
+    for root in roots:
         if any(root.is_relative_to(s) for s in scratch):
             args += (_parent_dirs(root, set(scratch))
                      + ["--ro-bind", str(root), str(root)])
     if uses_gpu:
-        args += gpu.bwrap_arguments(_readonly_roots())
+        args += gpu.bwrap_arguments(roots)
     # From the project only the toolkit (widgets, helpers) is visible. The project root
     # itself becomes an empty tmpfs, so assignment sources, the hidden checks and any
     # workspace inside the checkout are absent.

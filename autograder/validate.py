@@ -84,13 +84,14 @@ def _why(rec, width: int = 300) -> list[str]:
     ``width`` characters."""
     if rec is None:
         return []
-    lines = []
-    for fail in rec["failed_checks"]:
-        message = " ".join(str(fail.get("message") or "").split())
-        if len(message) > width:
-            message = message[: width - 3] + "..."
-        lines.append(f"{fail['check']}: {message or '(no message)'}")
-    return lines + [" ".join(str(note).split())[:width] for note in rec.get("notes", [])]
+
+    def one_line(text) -> str:
+        text = " ".join(str(text or "").split())
+        return text if len(text) <= width else text[: width - 3] + "..."
+
+    return ([f"{f['check']}: {one_line(f.get('message')) or '(no message)'}"
+             for f in rec["failed_checks"]]
+            + [one_line(note) for note in rec.get("notes", [])])
 
 
 def _failures(rec, passed=False) -> str:
