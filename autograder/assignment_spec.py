@@ -50,7 +50,9 @@ class AssignmentSpec:
     path: Path
     title: str
     notebooks: list[str]
-    checks: str
+    #: The hidden checks' folder, relative to the assignment folder: ``checks/`` beside
+    #: ``assignment.toml`` unless the file says otherwise. Never part of a release.
+    checks: str = "checks"
     #: Time, memory and storage caps: any field of :class:`autograder.limits.Limits`
     #: set at the top level of the file (defaults there).
     limits: Limits = dataclasses.field(default_factory=Limits)
@@ -94,6 +96,11 @@ class AssignmentSpec:
         for nb in spec.notebooks:
             if not (path / f"{nb}.py").is_file():
                 raise CourseError(f"{toml_path}: notebook '{nb}' has no source file {nb}.py")
+        if not spec.checks_dir().is_dir():
+            raise CourseError(
+                f"{toml_path}: the hidden checks folder {spec.checks_dir()} does not exist; keep "
+                f"the checks in {path / 'checks'} (the default) or set checks = \"<folder>\" "
+                "relative to the assignment folder")
         if spec.prepare is not None and not (path / spec.prepare).is_file():
             raise CourseError(f"{toml_path}: prepare script {spec.prepare} not found in {path}")
         return spec
@@ -102,11 +109,8 @@ class AssignmentSpec:
         return (self.path / f"{notebook}.py").read_text()
 
     def checks_dir(self) -> Path:
-        """Where the hidden checks are: ``autograder/checks/<checks>``, or relative to
-        the assignment folder when ``checks`` starts with ``./`` or ``../``."""
-        if self.checks.startswith(("./", "../")):
-            return (self.path / self.checks).resolve()
-        return Path(__file__).resolve().parent / "checks" / self.checks
+        """Where the hidden checks are: ``checks`` resolved from the assignment folder."""
+        return (self.path / self.checks).resolve()
 
 
 def _mutant(table: dict, number: int, toml_path: Path) -> Mutant:

@@ -203,8 +203,8 @@ class Course:
     def build_source(self, spec: AssignmentSpec) -> Path:
         """``assignments/<name>/*.py`` -> ``source/<name>/*.ipynb`` (+ the other files).
 
-        The hidden checks never go along, even when an assignment keeps them in its
-        own folder (``checks = "./checks"``): a release is built from ``source/``."""
+        The hidden checks (``<name>/checks/``) never go along: a release is built from
+        ``source/``."""
         target = self.path("source", spec.name)
         target.mkdir(parents=True, exist_ok=True)
         checks = spec.checks_dir()

@@ -6,10 +6,8 @@ written question, two hidden checks, one named mistake) under the new name:
 * ``<assignments>/NAME/assignment.toml``: title, notebook, limits, forbidden shortcuts,
   the mutant;
 * ``<assignments>/NAME/<notebook>.py``: the instructor notebook (jupytext percent);
-* the hidden checks, ``test_softmax.py``, in ``autograder/checks/NAME/`` for the
-  project's own ``assignments/`` folder, and in a ``checks/NAME/`` folder beside any
-  other assignments folder (``AUTOGRADER_ASSIGNMENTS``). Never inside the assignment's
-  own folder by default, and never released in any case (:meth:`Course.build_source`).
+* ``<assignments>/NAME/checks/test_softmax.py``: the hidden checks, which stay with the
+  assignment and are never released (:meth:`Course.build_source` leaves them out).
 
 ``autograder validate NAME`` then passes at once (the reference scores full marks, the
 stub zero, the mutant loses points), and stays the test to run after every edit.
@@ -17,29 +15,19 @@ stub zero, the mutant loses points), and stays the test to run after every edit.
 
 from __future__ import annotations
 
-import os
 import re
 import string
 from pathlib import Path
 
-from .course import ASSIGNMENTS_DIR, PROJECT_ROOT, CourseError
+from .course import ASSIGNMENTS_DIR, CourseError
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-PACKAGE_CHECKS = Path(__file__).resolve().parent / "checks"
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]*[a-z0-9]")
 
 
 def notebook_name(name: str) -> str:
     """``"05-blocks"`` -> ``"blocks"``, ``"demo-topic"`` -> ``"demo_topic"``."""
     return re.sub(r"^[0-9]+-", "", name).replace("-", "_")
-
-
-def checks_location(name: str, assignments_dir: Path) -> tuple[Path, str]:
-    """(where the hidden checks go, the ``checks`` value of assignment.toml)."""
-    if assignments_dir.resolve() == (PROJECT_ROOT / "assignments").resolve():
-        return PACKAGE_CHECKS / name, name
-    folder = assignments_dir.parent / "checks" / name
-    return folder, os.path.relpath(folder, assignments_dir / name)
 
 
 def new_assignment(name: str, assignments_dir: Path = ASSIGNMENTS_DIR, title: str | None = None,
@@ -52,18 +40,16 @@ def new_assignment(name: str, assignments_dir: Path = ASSIGNMENTS_DIR, title: st
         )
     assignments_dir = Path(assignments_dir)
     folder = assignments_dir / name
-    checks_dir, checks_value = checks_location(name, assignments_dir)
+    checks_dir = folder / "checks"
     notebook = notebook or notebook_name(name)
     if not notebook.isidentifier():
         raise CourseError(f"--notebook {notebook!r}: use letters, digits and underscores")
-    for existing in (folder, checks_dir):
-        if existing.exists():
-            raise CourseError(f"{existing} already exists: choose another name or remove it")
+    if folder.exists():
+        raise CourseError(f"{folder} already exists: choose another name or remove it")
     values = {
         "name": name,
         "title": title or name.replace("-", " ").capitalize(),
         "notebook": notebook,
-        "checks": checks_value,
     }
     files = {
         folder / "assignment.toml": "assignment.toml.template",

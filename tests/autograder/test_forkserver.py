@@ -198,7 +198,7 @@ def test_only_paths_the_project_cover_leaves_visible_are_covered_again(tmp_path)
         folder.mkdir(parents=True)
     toolkit_pkg = PROJECT_ROOT / "toolkit"
     covered = sandbox.paths_to_cover(
-        (ASSIGNMENTS_DIR, PROJECT_ROOT / "autograder" / "checks" / "01-attention",
+        (ASSIGNMENTS_DIR, ASSIGNMENTS_DIR / "01-attention" / "checks",
          workspace, outside_checks, elsewhere, tmp_path / "missing", toolkit_pkg / "norm.py"),
         scratch)
     # The project's own folders are under its cover already; the workspace's checks are

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.course import Course
+from autograder.course import Course, available_assignments
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
@@ -34,7 +34,7 @@ def test_new_writes_the_three_files_and_says_what_next(made):
     root, assignments, out = made
     assert (assignments / "demo-topic" / "assignment.toml").is_file()
     assert (assignments / "demo-topic" / "demo_topic.py").is_file()
-    assert (root / "checks" / "demo-topic" / "test_softmax.py").is_file()
+    assert (assignments / "demo-topic" / "checks" / "test_softmax.py").is_file()
     assert "autograder validate demo-topic" in out and "docs/adding-an-assignment.md" in out
 
 
@@ -52,14 +52,9 @@ def _released_files(course, name):
             if p.is_file()]
 
 
-@pytest.mark.parametrize("inside", [False, True], ids=["checks-beside", "checks-inside"])
-def test_hidden_checks_never_reach_source_or_release(made, tmp_path, inside):
+def test_hidden_checks_never_reach_source_or_release(made, tmp_path):
+    """The checks sit in the assignment's own folder; source/ and release/ never get them."""
     root, assignments, _ = made
-    if inside:  # an instructor who keeps the checks in the assignment's own folder
-        toml = assignments / "demo-topic" / "assignment.toml"
-        (root / "checks" / "demo-topic").rename(assignments / "demo-topic" / "checks")
-        toml.write_text(toml.read_text().replace('checks = "../../checks/demo-topic"',
-                                                 'checks = "./checks"'))
     course = Course(tmp_path / "workspace", assignments)
     course.init()
     course.release("demo-topic")
@@ -74,3 +69,17 @@ def test_new_refuses_an_existing_or_odd_name(made):
     assert again.returncode == 2 and "already exists" in again.stderr
     odd = _cli("new", "Demo Topic", cwd=root, assignments=assignments)
     assert odd.returncode == 2 and "lower-case letters" in odd.stderr
+
+
+@pytest.mark.parametrize("name", available_assignments())
+def test_built_in_checks_never_reach_source(name, tmp_path):
+    """Every assignment of the course keeps its checks in ``<name>/checks/``; the
+    instructor's ``source/`` (from which nbgrader builds the release) never gets them."""
+    course = Course(tmp_path / "workspace")
+    spec = course.spec(name)
+    assert spec.checks_dir() == (spec.path / "checks").resolve()
+    assert list(spec.checks_dir().glob("test_*.py"))
+    target = course.build_source(spec)
+    leaked = [p for p in target.rglob("*") if p.is_file() and (
+        p.name.startswith("test_") or b"pytestmark" in p.read_bytes())]
+    assert not leaked

@@ -22,7 +22,7 @@ RETIRED = {
 #: Where the rule applies (tests may speak other libraries' languages, e.g. HF configs).
 SOURCES = sorted(
     p
-    for pattern in ("toolkit/**/*.py", "assignments/*/*.py", "autograder/checks/**/*.py",
+    for pattern in ("toolkit/**/*.py", "assignments/*/*.py", "assignments/*/checks/*.py",
                     "benchmarks/*.py", "course/*.py")
     for p in ROOT.glob(pattern)
 )
