@@ -1,29 +1,34 @@
-"""How `make test` shares the suite between its pytest-xdist workers.
+"""How `make test` shares the suite between its pytest-xdist workers, and which
+checkpoint cache it uses.
 
-`make test` runs ``pytest -n 2 --dist loadfile``: each test file goes whole to one
-worker, so a module fixture (a class graded once, a JupyterLab server) is built once.
-Left as it is, xdist hands out the files with the most tests first, so the file of
-`autograder validate` cases (seven tests, close to half of the suite's work) went to one
-worker as one unit, late in the run. Here each of those cases is a unit of its own (each
-grades its own throwaway course, so nothing is built twice) and the longest units start
-first, the rest following in xdist's usual order.
+`make test` runs ``pytest -n 2 --dist loadgroup --no-loadscope-reorder`` (public
+pytest-xdist options). Every test gets the group of its file here, so each file goes
+whole to one worker and a module fixture (a class graded once, a JupyterLab server) is
+built once; the `autograder validate` cases (close to half of the suite's work) are
+groups of their own, since each grades its own throwaway course. Without reordering,
+xdist hands the groups out in collection order, which :func:`pytest_collection_modifyitems`
+sets: the longest units first, the short files filling the gaps around them.
 
-Each process of the suite also gets a checkpoint cache of its own, so the made
-submissions of 05 and 07 are trained in every run, as on CI's fresh machine."""
+The made submissions of 05 and 07 train checkpoints. They come from the checkpoint
+cache (``~/.cache/autograder/checkpoints``, shared with `make demo` and `autograder
+validate`), keyed by everything training reads, so an unchanged training run is reused
+and a changed one trains again. ``AUTOGRADER_TEST_RETRAIN=1`` (`make test-retrain`)
+gives the run a cache of its own, so that every checkpoint is trained afresh, as on a
+new machine."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
-from collections import OrderedDict
+
+import pytest
 
 
 def pytest_configure(config):
-    # Never the user's cache (~/.cache/autograder): a checkpoint trained by an earlier
-    # run would hide a training run that no longer works.
-    config._checkpoint_cache = tempfile.mkdtemp(prefix="autograder-test-checkpoints-")
-    os.environ["AUTOGRADER_CHECKPOINT_CACHE"] = config._checkpoint_cache
+    if os.environ.get("AUTOGRADER_TEST_RETRAIN") == "1":
+        config._checkpoint_cache = tempfile.mkdtemp(prefix="autograder-test-checkpoints-")
+        os.environ["AUTOGRADER_CHECKPOINT_CACHE"] = config._checkpoint_cache
 
 
 def pytest_unconfigure(config):
@@ -35,8 +40,8 @@ def pytest_unconfigure(config):
 SPLIT_PER_TEST = ("tests/assignments/test_validate_assignments.py",)
 
 #: The longest units, longest first (seconds each, setup to teardown, in a `make test` on
-#: an idle 2-core machine): they start at once, and the short files fill the gaps around
-#: them. A slower or shared machine takes about 1.7 times as long.
+#: an idle 2-core machine that trained every checkpoint): they start at once, and the
+#: short files fill the gaps around them.
 _VALIDATE = "tests/assignments/test_validate_assignments.py::test_validate"
 LONGEST_FIRST = (
     f"{_VALIDATE}[05-blocks]",                   # 326
@@ -55,27 +60,17 @@ LONGEST_FIRST = (
 )
 
 
-def pytest_xdist_make_scheduler(config, log):
-    if config.getoption("dist") != "loadfile":
-        return None  # any other --dist keeps xdist's own scheduler
-    from xdist.scheduler import LoadFileScheduling
+def work_unit(nodeid: str) -> str:
+    """The xdist group of a test: its file, or the test itself in :data:`SPLIT_PER_TEST`."""
+    path = nodeid.split("::", 1)[0]
+    return nodeid if path in SPLIT_PER_TEST else path
 
-    class LongestFirst(LoadFileScheduling):
-        """``--dist loadfile``, with :data:`SPLIT_PER_TEST` split and
-        :data:`LONGEST_FIRST` handed out before everything else."""
 
-        ordered = False
-
-        def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return nodeid if path in SPLIT_PER_TEST else path
-
-        def _assign_work_unit(self, node) -> None:
-            if not self.ordered:  # the queue is complete by the first assignment
-                rank = {scope: i for i, scope in enumerate(LONGEST_FIRST)}
-                order = sorted(self.workqueue, key=lambda s: rank.get(s, len(rank)))
-                self.workqueue = OrderedDict((s, self.workqueue[s]) for s in order)
-                self.ordered = True
-            super()._assign_work_unit(node)
-
-    return LongestFirst(config, log)
+def pytest_collection_modifyitems(config, items):
+    """Group each test with its file (see :func:`work_unit`) and put the longest units
+    first; the rest keep their order. Without xdist only the order changes."""
+    rank = {unit: i for i, unit in enumerate(LONGEST_FIRST)}
+    units = {item: work_unit(item.nodeid) for item in items}
+    items.sort(key=lambda item: rank.get(units[item], len(rank)))
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(units[item]))
