@@ -37,6 +37,10 @@ def test_every_grade_cell_grades_a_concept_and_has_its_checks():
             assert not cells[(assignment, cell)], (
                 f"{assignment} {cell} scores code, so it is found from its solution cells; "
                 "take it out of handed_in")
+    for part, concepts in contents.PARTS.items():
+        for concept in concepts:
+            elsewhere = [c for c in contents.exercises(concept) if c[0] != part]
+            assert not elsewhere, f"{concept.title} sits in {part}, graded in {elsewhere}"
     unchecked = [cell for cell in cells if not contents.check_files(*cell)]
     assert not unchecked, f"grade cells without a hidden check file: {unchecked}"
 

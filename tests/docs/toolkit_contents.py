@@ -50,91 +50,100 @@ class Concept:
     handed_in: tuple[tuple[str, str], ...] = ()
 
 
-CONCEPTS = (
-    # 01: attention
-    Concept("Scaled dot-product and multi-head attention", ("toolkit.attention",),
-            ("01-attention",), ("attention_explorer", "permutation_demo")),
-    Concept("Causal and padding masks", ("toolkit.masks.basic",),
-            ("01-attention",), ("families_explorer",)),
-    Concept("Encoder and decoder blocks, cross-attention", ("toolkit.transformer.blocks",),
-            ("01-attention",)),
-    Concept("Token and position embedding", ("toolkit.transformer.embedding",),
-            ("01-attention",)),
-    Concept("The three families: encoder-only, decoder-only, encoder-decoder",
-            ("toolkit.transformer.families",), ("01-attention",)),
-    # 02: positions
-    Concept("Sinusoidal and learned absolute positions", ("toolkit.position.absolute",),
-            ("02-positional",), ("score_vs_distance_explorer",)),
-    Concept("RoPE, half-split and interleaved", ("toolkit.position.rope",),
-            ("02-positional",), ("rope_spectrum_explorer", "rope_rotation_explorer")),
-    Concept("Context extension: PI, NTK, dynamic NTK, YaRN, LongRoPE",
-            ("toolkit.position.rope_scaling",), ("02-positional",),
-            ("train_short_test_long_explorer", "long_context_explorer")),
-    Concept("Relative biases: ALiBi, T5 buckets", ("toolkit.position.biases",),
-            ("02-positional",), ("alibi_explorer",)),
-    # 03: paying less for attention
-    Concept("Sparse attention patterns", ("toolkit.masks.sparse",),
-            ("03-efficient-attention",), ("mask_gallery",)),
-    Concept("Linear attention", ("toolkit.linear_attention",), ("03-efficient-attention",)),
-    Concept("Grouped-query attention and the KV cache", ("toolkit.gqa",),
-            ("03-efficient-attention",), ("kv_cache_calculator", "decoding_cost_explorer")),
-    Concept("Multi-head latent attention", ("toolkit.mla",), ("03-efficient-attention",),
-            ("kv_cache_calculator",)),
-    Concept("Differential attention", ("toolkit.differential",), ("03-efficient-attention",)),
-    # 04: FlashAttention
-    Concept("Online softmax", ("toolkit.flash.online",), ("04-flash-attention",),
-            ("online_softmax_stepper",)),
-    Concept("Tiled FlashAttention, forward and backward", ("toolkit.flash.tiled",),
-            ("04-flash-attention",)),
-    Concept("Attention's cost in FLOPs and memory", ("toolkit.flash.cost",),
-            ("04-flash-attention",), ("attention_memory_explorer",)),
-    Concept("FlashAttention forward in Triton",
-            ("toolkit.kernels.flash_teaching", "toolkit.kernels.flash_tuned"),
-            ("04-flash-attention",)),
-    Concept("FlashAttention-2 backward in Triton, as one autograd Function",
-            ("toolkit.kernels.flash_backward_teaching", "toolkit.kernels.flash_backward_tuned",
-             "toolkit.kernels.flash_autograd")),
-    # 05: the block around attention
-    Concept("LayerNorm and RMSNorm", ("toolkit.norm",), ("05-blocks",)),
-    Concept("Feed-forward layers and GLU variants", ("toolkit.ffn",), ("05-blocks",),
-            ("glu_gate_explorer",)),
-    Concept("Post-LN and Pre-LN residual blocks", ("toolkit.residual",), ("05-blocks",),
-            ("layer_scale_explorer",)),
-    Concept("The warm-up experiment", ("toolkit.warmup",), (), ("layer_scale_explorer",)),
-    Concept("BERT: embeddings, tied MLM head, NSP and classification heads",
-            ("toolkit.bert",), ("05-blocks",)),
-    Concept("Masked language modelling: sentence pairs, masking, static and dynamic",
-            ("toolkit.mlm",), ("05-blocks",), ("mlm_masking_playground",)),
-    Concept("Pre-training a small BERT", ("toolkit.pretrain",),
-            handed_in=(("05-blocks", "test_checkpoint"),)),
-    Concept("Knowledge distillation", ("toolkit.distill",), (), ("temperature_explorer",)),
-    # 06: beyond dense attention
-    Concept("Mixture of experts: routing and balancing losses", ("toolkit.moe.routing",),
-            ("06-beyond-attention",), ("router_load_explorer",)),
-    Concept("Mixture of experts: capacity, dispatch, the layer, a shared expert",
-            ("toolkit.moe.dispatch", "toolkit.moe.layer", "toolkit.moe.shared_expert"),
-            ("06-beyond-attention",), ("router_load_explorer",)),
-    Concept("State-space models: ZOH, S4-style convolution", ("toolkit.ssm.lti",),
-            ("06-beyond-attention",), ("ssm_kernel_explorer",)),
-    Concept("Mamba: the selective scan and the block",
-            ("toolkit.ssm.selective", "toolkit.ssm.mamba"), ("06-beyond-attention",)),
-    Concept("RWKV", ("toolkit.rwkv",), ("06-beyond-attention",), ("rwkv_decay_explorer",)),
-    Concept("Gated attention unit", ("toolkit.gau",)),
-    # 07: the capstone
-    Concept("A mini-GPT: config, causal self-attention, the model, a static KV cache",
-            ("toolkit.models.config", "toolkit.models.attention", "toolkit.models.gpt",
-             "toolkit.models.kv_cache", "toolkit.models.parameters"), ("07-capstone",)),
-    Concept("The mini-GPT's fast paths: SDPA, Triton, fused layers",
-            ("toolkit.models.backends", "toolkit.models.fast_attention",
-             "toolkit.models.fused")),
-    Concept("Sampling: temperature, top-k, top-p", ("toolkit.generate.sampling",), (),
-            ("sampling_playground",)),
-    Concept("Decoding: greedy, sampled, beam search", ("toolkit.generate.decoding",),
-            ("07-capstone",), ("side_by_side_generation",)),
-    Concept("Training: the loop, checkpoints, `python -m toolkit.train`",
-            ("toolkit.train.loop", "toolkit.train.checkpoint", "toolkit.train.cli"),
-            ("07-capstone",), handed_in=(("07-capstone", "test_checkpoint"),)),
-)
+#: The concepts by part of the course: the assignment (and lecture) of each part's topic.
+PARTS = {
+    "01-attention": (
+        Concept("Scaled dot-product and multi-head attention", ("toolkit.attention",),
+                ("01-attention",), ("attention_explorer", "permutation_demo")),
+        Concept("Causal and padding masks", ("toolkit.masks.basic",),
+                ("01-attention",), ("families_explorer",)),
+        Concept("Encoder and decoder blocks, cross-attention", ("toolkit.transformer.blocks",),
+                ("01-attention",)),
+        Concept("Token and position embedding", ("toolkit.transformer.embedding",),
+                ("01-attention",)),
+        Concept("The three families: encoder-only, decoder-only, encoder-decoder",
+                ("toolkit.transformer.families",), ("01-attention",)),
+    ),
+    "02-positional": (
+        Concept("Sinusoidal and learned absolute positions", ("toolkit.position.absolute",),
+                ("02-positional",), ("score_vs_distance_explorer",)),
+        Concept("RoPE, half-split and interleaved", ("toolkit.position.rope",),
+                ("02-positional",), ("rope_spectrum_explorer", "rope_rotation_explorer")),
+        Concept("Context extension: PI, NTK, dynamic NTK, YaRN, LongRoPE",
+                ("toolkit.position.rope_scaling",), ("02-positional",),
+                ("train_short_test_long_explorer", "long_context_explorer")),
+        Concept("Relative biases: ALiBi, T5 buckets", ("toolkit.position.biases",),
+                ("02-positional",), ("alibi_explorer",)),
+    ),
+    "03-efficient-attention": (
+        Concept("Sparse attention patterns", ("toolkit.masks.sparse",),
+                ("03-efficient-attention",), ("mask_gallery",)),
+        Concept("Linear attention", ("toolkit.linear_attention",), ("03-efficient-attention",)),
+        Concept("Grouped-query attention and the KV cache", ("toolkit.gqa",),
+                ("03-efficient-attention",), ("kv_cache_calculator", "decoding_cost_explorer")),
+        Concept("Multi-head latent attention", ("toolkit.mla",), ("03-efficient-attention",),
+                ("kv_cache_calculator",)),
+        Concept("Differential attention", ("toolkit.differential",), ("03-efficient-attention",)),
+    ),
+    "04-flash-attention": (
+        Concept("Online softmax", ("toolkit.flash.online",), ("04-flash-attention",),
+                ("online_softmax_stepper",)),
+        Concept("Tiled FlashAttention, forward and backward", ("toolkit.flash.tiled",),
+                ("04-flash-attention",)),
+        Concept("Attention's cost in FLOPs and memory", ("toolkit.flash.cost",),
+                ("04-flash-attention",), ("attention_memory_explorer",)),
+        Concept("FlashAttention forward in Triton",
+                ("toolkit.kernels.flash_teaching", "toolkit.kernels.flash_tuned"),
+                ("04-flash-attention",)),
+        Concept("FlashAttention-2 backward in Triton, as one autograd Function",
+                ("toolkit.kernels.flash_backward_teaching", "toolkit.kernels.flash_backward_tuned",
+                 "toolkit.kernels.flash_autograd")),
+    ),
+    "05-blocks": (
+        Concept("LayerNorm and RMSNorm", ("toolkit.norm",), ("05-blocks",)),
+        Concept("Feed-forward layers and GLU variants", ("toolkit.ffn",), ("05-blocks",),
+                ("glu_gate_explorer",)),
+        Concept("Post-LN and Pre-LN residual blocks", ("toolkit.residual",), ("05-blocks",),
+                ("layer_scale_explorer",)),
+        Concept("The warm-up experiment", ("toolkit.warmup",), (), ("layer_scale_explorer",)),
+        Concept("BERT: embeddings, tied MLM head, NSP and classification heads",
+                ("toolkit.bert",), ("05-blocks",)),
+        Concept("Masked language modelling: sentence pairs, masking, static and dynamic",
+                ("toolkit.mlm",), ("05-blocks",), ("mlm_masking_playground",)),
+        Concept("Pre-training a small BERT", ("toolkit.pretrain",),
+                handed_in=(("05-blocks", "test_checkpoint"),)),
+        Concept("Knowledge distillation", ("toolkit.distill",), (), ("temperature_explorer",)),
+    ),
+    "06-beyond-attention": (
+        Concept("Mixture of experts: routing and balancing losses", ("toolkit.moe.routing",),
+                ("06-beyond-attention",), ("router_load_explorer",)),
+        Concept("Mixture of experts: capacity, dispatch, the layer, a shared expert",
+                ("toolkit.moe.dispatch", "toolkit.moe.layer", "toolkit.moe.shared_expert"),
+                ("06-beyond-attention",), ("router_load_explorer",)),
+        Concept("State-space models: ZOH, S4-style convolution", ("toolkit.ssm.lti",),
+                ("06-beyond-attention",), ("ssm_kernel_explorer",)),
+        Concept("Mamba: the selective scan and the block",
+                ("toolkit.ssm.selective", "toolkit.ssm.mamba"), ("06-beyond-attention",)),
+        Concept("RWKV", ("toolkit.rwkv",), ("06-beyond-attention",), ("rwkv_decay_explorer",)),
+        Concept("Gated attention unit", ("toolkit.gau",)),
+    ),
+    "07-capstone": (
+        Concept("A mini-GPT: config, causal self-attention, the model, a static KV cache",
+                ("toolkit.models.config", "toolkit.models.attention", "toolkit.models.gpt",
+                 "toolkit.models.kv_cache", "toolkit.models.parameters"), ("07-capstone",)),
+        Concept("The mini-GPT's fast paths: SDPA, Triton, fused layers",
+                ("toolkit.models.backends", "toolkit.models.fast_attention",
+                 "toolkit.models.fused")),
+        Concept("Sampling: temperature, top-k, top-p", ("toolkit.generate.sampling",), (),
+                ("sampling_playground",)),
+        Concept("Decoding: greedy, sampled, beam search", ("toolkit.generate.decoding",),
+                ("07-capstone",), ("side_by_side_generation",)),
+        Concept("Training: the loop, checkpoints, `python -m toolkit.train`",
+                ("toolkit.train.loop", "toolkit.train.checkpoint", "toolkit.train.cli"),
+                ("07-capstone",), handed_in=(("07-capstone", "test_checkpoint"),)),
+    ),
+}
+CONCEPTS = tuple(concept for concepts in PARTS.values() for concept in concepts)
 
 #: Modules that serve every concept rather than teach one, and why.
 SUPPORT = {
@@ -251,26 +260,31 @@ def widget_file(builder: str) -> Path | None:
     return None
 
 
-def widget_package(builder: str) -> str:
-    path = widget_file(builder)
-    return ".".join(path.relative_to(ROOT).parent.parts) if path else "?"
+def assignment_title(assignment: str) -> str:
+    spec = ROOT / "assignments" / assignment / "assignment.toml"
+    return tomllib.loads(spec.read_text())["title"]
 
 
 def render() -> str:
-    """The table, as it stands between the markers of docs/toolkit.md."""
-    rows = ["| concept | toolkit module | graded by (hidden checks) | lecture | widget |",
-            "|---|---|---|---|---|"]
-    for concept in CONCEPTS:
-        graded = [f"`{a}/checks/{f.name}`" for a, cell in exercises(concept)
-                  for f in check_files(a, cell)]
-        lectures = [f"`course/{stem}.py`" for stem in concept.lectures]
-        widgets = [f"`{w}` (`{widget_package(w)}`)" for w in concept.widgets]
-        modules = [f"`{m}`" for m in concept.modules]
-        rows.append("| " + " | ".join(
-            [concept.title, "<br>".join(modules)]
-            + ["<br>".join(face) if face else NONE_YET for face in (graded, lectures, widgets)])
-            + " |")
-    return "\n".join([BEGIN, *rows, END])
+    """The tables, as they stand between the markers of docs/toolkit.md: one section per
+    part of the course, one row per concept."""
+    out = [BEGIN]
+    for assignment, concepts in PARTS.items():
+        out += ["", f"## {assignment}: {assignment_title(assignment)}", "",
+                f"Hidden checks in `assignments/{assignment}/checks/`, lectures in `course/`.",
+                "", "| concept | toolkit module | graded by | lecture | widget |",
+                "|---|---|---|---|---|"]
+        for concept in concepts:
+            graded = [f"`{f.name}`" for a, cell in exercises(concept)
+                      for f in check_files(a, cell)]
+            lectures = [f"`{stem}.py`" for stem in concept.lectures]
+            widgets = [f"`{w}`" for w in concept.widgets]
+            modules = [f"`{m}`" for m in concept.modules]
+            out.append("| " + " | ".join(
+                [concept.title, "<br>".join(modules)]
+                + ["<br>".join(face) if face else NONE_YET
+                   for face in (graded, lectures, widgets)]) + " |")
+    return "\n".join([*out, "", END])
 
 
 def current() -> str:
