@@ -12,7 +12,7 @@ LABEXT_SOURCES := $(addprefix $(LABEXT_SRC_DIR)/,package.json yarn.lock .yarnrc.
 LABEXT_BUILD   := autograder/labext/labextension/package.json
 LABEXT         := $(VENV)/.labextension
 
-.PHONY: demo test test-retrain test-fast lab lint validate benchmark clean labextension
+.PHONY: demo test test-retrain test-fast lab lint validate benchmark docs clean labextension
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -93,8 +93,12 @@ validate: $(STAMP)
 benchmark: $(STAMP)
 	$(PY) benchmarks/grading.py
 
+# The documentation site (mkdocs.yml, pages in docs/) into site/; warnings are errors.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
 # What the commands made here; the venv stays. The checkpoints 05 and 07 prepare for
 # grading are cached per user (30 days unused), shared by every checkout: cleared too.
 clean:
-	rm -rf .demo course-workspace .pytest_cache
+	rm -rf .demo course-workspace .pytest_cache site
 	rm -rf "$${XDG_CACHE_HOME:-$$HOME/.cache}/autograder/checkpoints"

@@ -20,8 +20,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 ASSIGNMENT = "01-attention"
 AUTO = ["test_attention_weights", "test_masks", "test_multi_head_attention",
         "test_decoder_block"]
-# The README's screenshot is refreshed only on request (TOOLKIT_UPDATE_SCREENSHOTS=1), so
-# a test run never changes a tracked file.
+# The screenshot the README and docs/ show is refreshed only on request
+# (TOOLKIT_UPDATE_SCREENSHOTS=1), so a test run never changes a tracked file.
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 UPDATE_SCREENSHOTS = os.environ.get("TOOLKIT_UPDATE_SCREENSHOTS") == "1"
 PANEL = "#transformers-course-panel"
