@@ -80,6 +80,14 @@ SHOWN_BY_BUILDER = {
     "message_figure": "mlm_masking_playground",
     "plot_mlm_masking": "mlm_masking_playground",
     "plot_soft_targets": "temperature_explorer",
+    "linear_vs_softmax": "linear_attention_explorer",
+    "running_state": "linear_attention_explorer",
+    "plot_linear_attention": "linear_attention_explorer",
+    "latent_tradeoff": "mla_explorer",
+    "plot_latent_tradeoff": "mla_explorer",
+    "distractor_example": "differential_explorer",
+    "differential_maps": "differential_explorer",
+    "plot_differential_maps": "differential_explorer",
 }
 
 #: What the toolkit implements and no notebook shows yet, by the assignment whose topic it
