@@ -234,7 +234,8 @@ ATTENTION_COMPONENTS = {
              "rope_rotation_explorer"),
     "ALiBi": ("toolkit.position.biases", "alibi_bias", "02-positional", "02-positional",
               "alibi_explorer"),
-    "context extension (PI, NTK, YaRN)": ("toolkit.position.rope_scaling", "yarn_inv_freq_and_temperature",
+    "context extension (PI, NTK, YaRN)": ("toolkit.position.rope_scaling",
+                                          "yarn_inv_freq_and_temperature",
                                           "02-positional", "02-positional",
                                           "long_context_explorer"),
     "sparse windows": ("toolkit.masks.sparse", "sliding_window_mask", "03-efficient-attention",
@@ -293,5 +294,6 @@ def test_every_attention_component_has_its_four_faces():
             missing.append(f"{component}: {widget} is no widget builder of toolkit.widgets")
         shown = lecture_uses.union(*(used_names(nb, defines_count=False) for nb in notebooks))
         if widget not in shown:
-            missing.append(f"{component}: neither lecture {lecture} nor {assignment} shows {widget}")
+            missing.append(
+                f"{component}: neither lecture {lecture} nor {assignment} shows {widget}")
     assert not missing, "\n".join(missing)
