@@ -59,7 +59,13 @@ from toolkit.masks import causal_mask, combine_masks, mask_cell_count, query_key
 from toolkit.mla import LatentKVCache
 from toolkit.notebook import friendly_errors
 from toolkit.position import apply_rope
-from toolkit.widgets.efficient import kv_cache_calculator, mask_gallery
+from toolkit.widgets.efficient import (
+    differential_explorer,
+    kv_cache_calculator,
+    linear_attention_explorer,
+    mask_gallery,
+    mla_explorer,
+)
 
 friendly_errors()  # one short line, not a long traceback, for an exercise not written yet
 
@@ -351,6 +357,13 @@ for layer in range(1, 5):
 # ### Exercise 2: linear attention
 #
 # Shapes: `q, k (B, H, T, d)`, `v (B, H, T, d_v)`. Add `eps` to the denominator.
+#
+# **Which rules are checked, and how.** "Never build a $T \times T$ matrix" is enforced
+# for `causal_linear_attention`: a hidden check records the shape of every tensor created
+# during one call with $T = 12$ and fails if any has $12 \times 12$ as its last two axes
+# (other temporaries, such as the `(B, H, T, d, d_v)` outer products, are fine). "No loop"
+# is advice, not a rule: the checks compare values only, and a loop over time gives the
+# same numbers (slowly).
 # `einsum` or broadcasting (`a.unsqueeze(-1) * b.unsqueeze(-2)` is a batch of outer
 # products) both work.
 
@@ -445,6 +458,16 @@ v2[:, :, 4:] += 1.0  # change the future
 assert torch.allclose(causal_linear_attention(q, k, v2)[:, :, :4], causal[:, :, :4]), (
     "changing values 4.. changed outputs 0..3: the future leaks (use cumsum over time, dim=2)")
 print("✓ linear attention passes the visible checks: prefix sums = RNN = masked quadratic form")
+
+# %% [markdown]
+# Your two functions in the explorer: pick a feature map, step through the running state
+# $S_t$ (always $d \times d$), and see how far linear attention lands from softmax
+# attention as $T$ grows. It is a different similarity, not an approximation that improves
+# with length.
+
+# %% tags=["skip-grading"]
+linear_attention_explorer(fns={"linear_attention": linear_attention,
+                               "causal_linear_attention": causal_linear_attention})
 
 # %% [markdown]
 # ## 3. The KV cache and what it costs
@@ -657,7 +680,12 @@ class DynamicKVCache:
 # `rotary`, if given, is a function `rotary(t, positions)` (such as RoPE from
 # Assignment 02) applied to `q` and `k` at their absolute positions `P .. P + T - 1`
 # *before* the keys go into the cache: cached keys keep the rotation they were stored
-# with.
+# with. Its layout: `t` is a heads-first tensor `(B, heads, T, d_head)`, called once on
+# `q` (`n_heads` heads) and once on `k` (`n_kv_heads` heads), before `repeat_kv`;
+# `positions` is a 1-D int64 tensor of shape `(T,)` on `x`'s device,
+# `torch.arange(P, P + T)`; it returns a tensor of `t`'s shape. The hidden checks pass
+# `lambda t, pos: apply_rope(t, pos)` (the course's RoPE, half-split layout) and compare
+# with a reference that rotates at those absolute positions.
 
 # %% nbgrader={"grade": false, "grade_id": "grouped_query_attention", "locked": false, "schema_version": 3, "solution": true}
 class GroupedQueryAttention(nn.Module):
@@ -846,7 +874,10 @@ def mla_cache_bytes(
 #   $[q^{lat}; q^R]$, keys $[c; k^R]$ (one head, broadcast), values $c$; then
 #   $W^{UV}$ on the result.
 #
-# Either way `out` must be `(B, H, T, d_v)` before the final `o_proj`.
+# Either way `out` must be `(B, H, T, d_v)` before the final `o_proj`. The hidden checks
+# compare values only: they do not look at which tensors the absorbed path creates, so
+# "never materialises a per-head key or value" is the point of the exercise, not a rule
+# they measure.
 
 # %% nbgrader={"grade": false, "grade_id": "multi_head_latent_attention", "locked": false, "schema_version": 3, "solution": true}
 class MultiHeadLatentAttention(nn.Module):
@@ -1015,6 +1046,15 @@ assert torch.allclose(torch.cat(steps, 1), explicit, atol=1e-5), (
     "decoding with the latent cache (absorbed path) should give the full-sequence outputs")
 assert cache.latents(0).shape == (2, 1, 5, 16), "the cache holds one latent of d_c = 16 per token"
 print("✓ mla_cache_bytes and MultiHeadLatentAttention pass the visible checks")
+
+# %% [markdown]
+# What does a small latent keep? The explorer counts the cache with your
+# `kv_cache_bytes` and `mla_cache_bytes` and measures, on one layer whose projections
+# have a decaying spectrum, how much of the full multi-head keys and values MLA's best
+# latent of size $d_c$ keeps, beside GQA (a mean over each group of heads) and MQA.
+
+# %% tags=["skip-grading"]
+mla_explorer(fns={"kv_cache_bytes": kv_cache_bytes, "mla_cache_bytes": mla_cache_bytes})
 
 # %% [markdown]
 # ## 6. Differential attention
@@ -1282,6 +1322,16 @@ diff(x).sum().backward()
 assert diff.lambda_q1.grad is not None and diff.lambda_q1.grad.abs().sum() > 0, (
     "the loss must reach the lambda vectors: build lambda from them with torch operations")
 print("✓ lambda_init_fn, differential_attention and DifferentialAttention pass the visible checks")
+
+# %% [markdown]
+# Your `differential_attention` on a sequence with distractors: the first query carries
+# the needle's feature plus a chance direction that matches every key a little, the second
+# query a weaker copy of the chance direction alone. Move $\lambda$ and watch the weight
+# the two maps share cancel, the rows shrink to $1 - \lambda$, and the output's cosine with
+# the needle's value change.
+
+# %% tags=["skip-grading"]
+differential_explorer(fns={"differential_attention": differential_attention})
 
 
 # %% [markdown]
