@@ -1183,8 +1183,9 @@ def differential_attention(
 # The hidden checks load the weights of the course's reference (with random RMSNorm
 # weights and $\lambda$ vectors large enough that $\lambda \ne \lambda_\text{init}$) into
 # your class and compare `lambda_full()` and `forward` with it for several layers, head
-# counts and masks, in float64; they also check that a loss on the output reaches the four
-# $\lambda$ vectors.
+# counts and masks, in float32 (the dtype the class is built in; tolerance 2e-5 absolute,
+# 1e-4 relative); `differential_attention` is compared in float64. They also check that a
+# loss on the output reaches the four $\lambda$ vectors with the reference's gradients.
 
 # %% nbgrader={"grade": false, "grade_id": "differential_attention_module", "locked": false, "schema_version": 3, "solution": true}
 class DifferentialAttention(nn.Module):
