@@ -468,5 +468,6 @@ plot_mask_gallery(n=16, window=3)
 # * Differential attention subtracts a second softmax map to cancel the weight that both
 #   maps spread over irrelevant tokens.
 #
-# Now open **Assignment 03**: the sparse masks with their cell counts, linear attention,
-# the KV cache's size, GQA with a cache, and MLA's latent cache.
+# Now open **Assignment 03**: the sparse masks with their cell counts, global tokens,
+# linear attention, the KV cache's size, GQA with a cache, MLA's latent cache, and
+# differential attention.
