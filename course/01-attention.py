@@ -174,6 +174,17 @@ plot_attention_example(tokens, mask_kind="combined", n_real=4)
 # Row 0 sees only itself. In the figure above (`combined`: causal **and** padding, with
 # the last two tokens padding) the padded columns are empty for every row.
 #
+# **More keys than queries.** With a KV cache the new queries come after $P$ cached
+# tokens, so there are more keys than queries. The course's `causal_mask(T_q, T_k,
+# offset=P)` keeps one rule, query $i$ sees keys $j \le i + P$; with `offset=0` a
+# non-square mask is aligned top-left, and FlashAttention's and Hugging Face's
+# bottom-right alignment is `offset = T_k - T_q`:
+
+# %%
+print("top-left (offset 0):\n", causal_mask(3, 5).int())
+print("bottom-right (offset = T_k - T_q = 2):\n", causal_mask(3, 5, offset=2).int())
+
+# %% [markdown]
 # ### Two conventions, one trap
 #
 # Hugging Face models take an `attention_mask` of shape `(batch, seq)` with **1 = real

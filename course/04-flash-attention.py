@@ -183,6 +183,15 @@ same = torch.allclose(FlashAttention.apply(q, k, v, True, 32, 32, None), ours, a
 print("FlashAttention.apply == flash_attention:", same)
 
 # %% [markdown]
+# Three ways to get the backward wrong without any error, which Assignment 04 names:
+# recomputing $P$ from the forward's base-2 scores against the natural-log `lse`; a row
+# with no visible key, whose `lse` is $-\infty$, so that $e^{S - L}$ overflows to
+# $+\infty$ before a multiplicative mask makes it NaN (select with `where` instead); and
+# gradient buffers left uninitialised (`dq` collects atomic adds from every key tile:
+# zero it). And one way to get the forward wrong: `causal_tile_mask` is `True` where a
+# key is *visible*, like every mask of the course, so the hidden keys are
+# `~causal_tile_mask(...)` in `masked_fill`.
+#
 # With a causal mask, tiles entirely above the diagonal hold no visible key: they are
 # skipped, which is where the factor 2 in the FLOPs comes from.
 #

@@ -160,6 +160,12 @@ print("largest weight with scaling   :", torch.softmax(row / math.sqrt(d_k), -1)
 # scores $s$ below about $-16$, and the row is uniform over the other keys only. With a
 # float mask your function simply adds what it is given.)
 #
+# **Edge cases, stated.** A float mask of another dtype than the scores (a float32 bias
+# with float64 `q` and `k`) is cast to the scores' dtype before it is added, so the
+# weights always have the dtype of `q @ k^T`; the visible checks below test it. Every
+# call has at least one key ($T_k \ge 1$): the checks never pass $T_k = 0$, and your
+# function may raise there (`amax` over an empty axis does, and so does the reference).
+#
 # ### Exercise 1a: attention weights
 
 # %% nbgrader={"grade": false, "grade_id": "attention_weights", "locked": false, "schema_version": 3, "solution": true}
@@ -174,11 +180,13 @@ def attention_weights(
         mask: ``None``, or a **bool** tensor (``True`` = may attend) or a **float**
             tensor (added to the scores), broadcastable to ``(..., T_q, T_k)``.
             Any other dtype (e.g. an int 0/1 mask) should raise ``ValueError``.
+            A float mask is cast to the scores' dtype before it is added.
         scale: multiplier for the scores; ``None`` means ``1 / sqrt(d_k)``.
 
     Returns:
-        ``(..., T_q, T_k)`` weights. Each row sums to 1, except a row whose keys are
-        all blocked, which must be all zeros (never NaN).
+        ``(..., T_q, T_k)`` weights in the dtype of ``q @ k^T``. Each row sums to 1,
+        except a row whose keys are all blocked, which must be all zeros (never NaN).
+        ``T_k >= 1`` is assumed.
 
     Hints: ``k.transpose(-2, -1)``, ``Tensor.masked_fill``, ``~mask``,
     ``float("-inf")``, ``torch.softmax(..., dim=-1)``, ``Tensor.amax(dim=-1, keepdim=True)``.
@@ -261,6 +269,11 @@ assert torch.allclose(w, torch.tensor([[1.0, 0.0]])), (
 w = attention_weights(q, k, mask=torch.tensor([[0.0, 1 / math.sqrt(2)]]))
 assert torch.allclose(w, torch.tensor([[0.5, 0.5]]), atol=1e-6), (
     f"a float mask is a bias added to the scores; expected [0.5, 0.5], got {w.tolist()}")
+# ...cast to the scores' dtype first: a float32 bias on float64 inputs gives float64 weights.
+w64 = attention_weights(q.double(), k.double(), mask=torch.tensor([[0.0, 1 / math.sqrt(2)]]))
+assert w64.dtype == torch.float64 and torch.allclose(w64, torch.full((1, 2), 0.5, dtype=torch.float64)), (
+    f"a float32 mask on float64 q, k: expected float64 weights [0.5, 0.5], got {w64.dtype} "
+    f"{w64.tolist()}. Cast the mask to the scores' dtype before adding it")
 
 # Batched inputs: rows are probability distributions.
 qb, kb = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 5, 8)  # (B, h, T_q, d_k), (B, h, T_k, d_k)
@@ -331,6 +344,17 @@ attention_explorer(fns={"attention_weights": attention_weights})
 #   positions $P, P+1, \dots$ and there are more keys than queries. Query $i$ then sees key $j$ iff
 #   $j \le i + P$; we call $P$ the `offset`, and the mask has shape `(n_queries, n_keys)`
 #   with `n_keys = P + n_queries` by default.
+#
+#   **More keys than queries and no offset** (`causal_mask(3, 5)`): the one rule
+#   $j \le i + \text{offset}$ with offset 0 aligns the queries with the *first* keys
+#   (top-left): query 0 sees key 0 only, and keys 3 and 4 are seen by no query.
+#   FlashAttention (from version 2.1) and Hugging Face align the *last* query with the
+#   last key instead (bottom-right), which is what decoding with a cache needs. This
+#   course keeps one formula and lets the caller say where the queries sit: bottom-right
+#   is `causal_mask(T_q, T_k, offset=T_k - T_q)`, exactly the call a KV cache makes
+#   (`offset` = the number of cached tokens). The function never guesses the offset from
+#   the shapes. The visible checks below test both alignments; the hidden checks test
+#   `causal_mask(3, 6)` with offset 0 and several offsets.
 # * **Key padding**: sequences in a batch have different lengths and are padded to the
 #   longest. Padded *keys* must be invisible to every query. Given the real lengths
 #   `(B,)`, the mask has shape `(B, 1, 1, T_k)`: the two 1s let it broadcast over the
@@ -358,7 +382,9 @@ def causal_mask(
         device: where to build the mask.
 
     Returns:
-        bool tensor of shape ``(n_queries, n_keys)``.
+        bool tensor of shape ``(n_queries, n_keys)``. With more keys than queries and
+        ``offset=0`` the alignment is top-left (``j <= i``); bottom-right, as in
+        FlashAttention, is ``offset=n_keys - n_queries``.
 
     Hint: an ``(T_q, 1)`` column of query indices compared with a ``(1, T_k)`` row of key
     indices broadcasts to the full ``(T_q, T_k)`` matrix.
@@ -425,6 +451,12 @@ assert m.shape == (2, 5), f"causal_mask(2, offset=3) should have shape (2, 5), g
 assert torch.equal(m, torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)), (
     f"with offset=3, query i sees keys j <= i + 3; got\n{m.int()}")
 assert causal_mask(3, 5).shape == (3, 5), "n_keys sets the number of columns"
+# More keys than queries, offset 0: top-left (query i sees keys j <= i)...
+assert torch.equal(causal_mask(3, 5), torch.ones(3, 5, dtype=torch.bool).tril()), (
+    f"causal_mask(3, 5) aligns top-left (j <= i + 0); got\n{causal_mask(3, 5).int()}")
+# ...and bottom-right (FlashAttention's and Hugging Face's causal) is offset = T_k - T_q.
+assert torch.equal(causal_mask(3, 5, offset=2), torch.ones(3, 5, dtype=torch.bool).tril(2)), (
+    "causal_mask(3, 5, offset=2): the last query sees every key (bottom-right alignment)")
 
 p = padding_mask(torch.tensor([2, 4]))
 assert p.dtype == torch.bool and p.shape == (2, 1, 1, 4), (

@@ -23,10 +23,12 @@
 # | part | you write | points |
 # |---|---|---|
 # | 1 | sparse masks: `sliding_window_mask`, `band_mask`, `dilated_mask` | 3 |
+# | 1b | global tokens: `global_token_mask` | 2 |
 # | 2 | linear attention: `linear_attention`, `causal_linear_attention` | 3 |
 # | 3 | KV-cache arithmetic: `kv_cache_bytes` | 1 |
 # | 4 | grouped-query attention with a KV cache: `repeat_kv`, `DynamicKVCache.append`, `GroupedQueryAttention` | 4 |
 # | 5 | multi-head latent attention: `mla_cache_bytes`, the two paths of `MultiHeadLatentAttention` | 3 |
+# | 6 | differential attention: `lambda_init_fn`, `differential_attention`, `DifferentialAttention` | 3 |
 #
 # **How this notebook is graded.** Fill in each region marked `YOUR CODE HERE`. The test
 # cell after each part runs quick checks; the grader runs its own hidden checks on other
@@ -51,13 +53,19 @@ from torch import Tensor, nn
 # From earlier assignments and the toolkit: attention itself (Assignment 01), masks,
 # RoPE (Assignment 02), input checks, and the cache class MLA uses.
 from toolkit.arguments import check_int, check_kv_heads, check_qkv
-from toolkit.attention import scaled_dot_product_attention
+from toolkit.attention import attention_weights, scaled_dot_product_attention
 from toolkit.linear_attention import FeatureMap, elu_feature_map
 from toolkit.masks import causal_mask, combine_masks, mask_cell_count, query_key_offsets
 from toolkit.mla import LatentKVCache
 from toolkit.notebook import friendly_errors
 from toolkit.position import apply_rope
-from toolkit.widgets.efficient import kv_cache_calculator, mask_gallery
+from toolkit.widgets.efficient import (
+    differential_explorer,
+    kv_cache_calculator,
+    linear_attention_explorer,
+    mask_gallery,
+    mla_explorer,
+)
 
 friendly_errors()  # one short line, not a long traceback, for an exercise not written yet
 
@@ -194,15 +202,103 @@ assert torch.equal(dilated_mask(9, 3, 1, causal=False), band_mask(9, 2)), (
 print("✓ sliding_window_mask, band_mask and dilated_mask pass the visible checks")
 
 # %% [markdown]
-# The gallery below draws your three patterns beside three from the toolkit (the dense
-# causal mask, Longformer/BigBird **global tokens**, which attend to everything and are
-# attended by everything, and BigBird's **random blocks**, arXiv 2007.14062), each titled
-# with its exact cell count. Move the window and dilation sliders: the counts grow like
-# $n \times w$, not $n^2$.
+# ### Exercise 1b: global tokens
+#
+# A window alone never lets the first token hear the last one in one layer: the
+# information has to hop $T / w$ layers. Longformer (arXiv 2004.05150) and BigBird
+# (arXiv 2007.14062) add a few **global tokens** (the `[CLS]` token, the question in
+# question answering) that break this: a global token **sees every key** (its whole row
+# is `True`) and **is seen by every query** (its whole column is `True`). The rest of the
+# pattern, the local window, stays as it was:
+#
+# $$ M_{ij} = \text{base}_{ij} \;\lor\; (i \in G) \;\lor\; (j \in G). $$
+#
+# Both halves are needed. Rows alone let the global token *read* everything but nobody
+# reads it back; columns alone let everybody read it, but it only ever knew its own
+# window. With both, any token reaches any other in two hops through a global token
+# ($i \to g \to j$), and the global token itself hears the whole sequence **in one
+# layer**. The price is $2 |G| T$ extra cells at most, still linear in $T$. With a
+# symmetric base (a band) the result is symmetric.
+#
+# Conventions (the hidden checks test each one, the device aside):
+#
+# * `global_indices` is any iterable of ints (a list, a `range`) or an integer tensor
+#   of any shape; repeated indices are fine; an empty one leaves the base unchanged.
+#   An index outside `[0, n)` raises `ValueError` (negative indices are not counted from
+#   the end).
+# * `base` is a bool `(n, n)` mask or `None` (no local pattern: only the global rows
+#   and columns are `True`). Anything else (another shape, another dtype) raises
+#   `ValueError`. **Do not modify `base`**: return a new tensor.
+# * The result is a bool `(n, n)` tensor on `device` (`base`'s device when a base is
+#   given), in the bidirectional (encoder) form. A decoder would AND it with
+#   `causal_mask(n)`; that is not part of this function.
+#
+# The argument checks are written for you.
+
+# %% nbgrader={"grade": false, "grade_id": "global_token_mask", "locked": false, "schema_version": 3, "solution": true}
+def global_token_mask(n: int, global_indices, base: Tensor | None = None, *, device=None) -> Tensor:
+    """Add global tokens to a pattern: they attend to all keys and all queries attend to them.
+
+    Args:
+        n: sequence length.
+        global_indices: positions of the global tokens (iterable of ints or int tensor).
+        base: the local pattern to extend, bool ``(n, n)``, or ``None``.
+
+    Returns:
+        bool ``(n, n)``: ``base OR (row i is global) OR (column j is global)``.
+    """
+    check_int("n", n)
+    if isinstance(global_indices, Tensor):
+        idx = global_indices.reshape(-1).to(dtype=torch.long, device=device)
+    else:
+        idx = torch.as_tensor(list(global_indices), dtype=torch.long, device=device)
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= n):
+        raise ValueError(f"global_indices must lie in [0, {n}), got {idx.tolist()}")
+    ### BEGIN SOLUTION
+    if base is None:
+        mask = torch.zeros(n, n, dtype=torch.bool, device=device)
+    else:
+        if base.shape != (n, n) or base.dtype != torch.bool:
+            raise ValueError(
+                f"base must be a bool ({n}, {n}) mask, got {base.dtype} {tuple(base.shape)}"
+            )
+        mask = base.clone()
+    mask[idx, :] = True  # global queries see every key
+    mask[:, idx] = True  # every query sees the global keys
+    return mask
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_global_tokens", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+local = band_mask(8, 1)
+g = global_token_mask(8, [0, 5], base=local)
+assert isinstance(g, torch.Tensor) and g.dtype == torch.bool and g.shape == (8, 8), (
+    "global_token_mask(8, [0, 5], base=...) must be a bool (8, 8) tensor")
+assert g[[0, 5]].all(), "a global token's row is all True: it sees every key"
+assert g[:, [0, 5]].all(), "a global token's column is all True: every query sees it"
+others = [i for i in range(8) if i not in (0, 5)]
+assert torch.equal(g[others][:, others], local[others][:, others]), (
+    "away from the global rows and columns the window must stay exactly as it was")
+assert torch.equal(g, g.T), "a band plus global tokens is symmetric"
+assert mask_cell_count(g) == (2 * 8 + 2 * 8 - 4) + 14, (
+    f"expected 42 cells: 2 full rows and 2 full columns (2*8 + 2*8 - 4 = 28) plus the 14 band "
+    f"cells outside them; got {mask_cell_count(g)}")
+assert torch.equal(local, band_mask(8, 1)), "base must not be modified: work on a copy"
+assert torch.equal(global_token_mask(4, []), torch.zeros(4, 4, dtype=torch.bool)), (
+    "no global tokens and no base: nothing is visible")
+reach = (g.long() @ g.long()) > 0  # two layers: i -> anything that i sees -> ...
+assert reach.all(), "through a global token every query reaches every key in two layers"
+print("✓ global_token_mask passes the visible checks")
+
+# %% [markdown]
+# The gallery below draws your four patterns beside two from the toolkit (the dense
+# causal mask and BigBird, arXiv 2007.14062, which adds **random blocks** to a window and
+# global tokens), each titled with its exact cell count. Move the window and dilation
+# sliders: the counts grow like $n \times w$, not $n^2$.
 
 # %% tags=["skip-grading"]
 mask_gallery(fns={"sliding_window_mask": sliding_window_mask, "band_mask": band_mask,
-                  "dilated_mask": dilated_mask})
+                  "dilated_mask": dilated_mask, "global_token_mask": global_token_mask})
 
 # %% [markdown]
 # Stacking layers widens what a token can hear. Multiplying the boolean mask by itself
@@ -261,6 +357,13 @@ for layer in range(1, 5):
 # ### Exercise 2: linear attention
 #
 # Shapes: `q, k (B, H, T, d)`, `v (B, H, T, d_v)`. Add `eps` to the denominator.
+#
+# **Which rules are checked, and how.** "Never build a $T \times T$ matrix" is enforced
+# for `causal_linear_attention`: a hidden check records the shape of every tensor created
+# during one call with $T = 12$ and fails if any has $12 \times 12$ as its last two axes
+# (other temporaries, such as the `(B, H, T, d, d_v)` outer products, are fine). "No loop"
+# is advice, not a rule: the checks compare values only, and a loop over time gives the
+# same numbers (slowly).
 # `einsum` or broadcasting (`a.unsqueeze(-1) * b.unsqueeze(-2)` is a batch of outer
 # products) both work.
 
@@ -355,6 +458,16 @@ v2[:, :, 4:] += 1.0  # change the future
 assert torch.allclose(causal_linear_attention(q, k, v2)[:, :, :4], causal[:, :, :4]), (
     "changing values 4.. changed outputs 0..3: the future leaks (use cumsum over time, dim=2)")
 print("✓ linear attention passes the visible checks: prefix sums = RNN = masked quadratic form")
+
+# %% [markdown]
+# Your two functions in the explorer: pick a feature map, step through the running state
+# $S_t$ (always $d \times d$), and see how far linear attention lands from softmax
+# attention as $T$ grows. It is a different similarity, not an approximation that improves
+# with length.
+
+# %% tags=["skip-grading"]
+linear_attention_explorer(fns={"linear_attention": linear_attention,
+                               "causal_linear_attention": causal_linear_attention})
 
 # %% [markdown]
 # ## 3. The KV cache and what it costs
@@ -567,7 +680,12 @@ class DynamicKVCache:
 # `rotary`, if given, is a function `rotary(t, positions)` (such as RoPE from
 # Assignment 02) applied to `q` and `k` at their absolute positions `P .. P + T - 1`
 # *before* the keys go into the cache: cached keys keep the rotation they were stored
-# with.
+# with. Its layout: `t` is a heads-first tensor `(B, heads, T, d_head)`, called once on
+# `q` (`n_heads` heads) and once on `k` (`n_kv_heads` heads), before `repeat_kv`;
+# `positions` is a 1-D int64 tensor of shape `(T,)` on `x`'s device,
+# `torch.arange(P, P + T)`; it returns a tensor of `t`'s shape. The hidden checks pass
+# `lambda t, pos: apply_rope(t, pos)` (the course's RoPE, half-split layout) and compare
+# with a reference that rotates at those absolute positions.
 
 # %% nbgrader={"grade": false, "grade_id": "grouped_query_attention", "locked": false, "schema_version": 3, "solution": true}
 class GroupedQueryAttention(nn.Module):
@@ -756,7 +874,10 @@ def mla_cache_bytes(
 #   $[q^{lat}; q^R]$, keys $[c; k^R]$ (one head, broadcast), values $c$; then
 #   $W^{UV}$ on the result.
 #
-# Either way `out` must be `(B, H, T, d_v)` before the final `o_proj`.
+# Either way `out` must be `(B, H, T, d_v)` before the final `o_proj`. The hidden checks
+# compare values only: they do not look at which tensors the absorbed path creates, so
+# "never materialises a per-head key or value" is the point of the exercise, not a rule
+# they measure.
 
 # %% nbgrader={"grade": false, "grade_id": "multi_head_latent_attention", "locked": false, "schema_version": 3, "solution": true}
 class MultiHeadLatentAttention(nn.Module):
@@ -927,12 +1048,302 @@ assert cache.latents(0).shape == (2, 1, 5, 16), "the cache holds one latent of d
 print("✓ mla_cache_bytes and MultiHeadLatentAttention pass the visible checks")
 
 # %% [markdown]
+# What does a small latent keep? The explorer counts the cache with your
+# `kv_cache_bytes` and `mla_cache_bytes` and measures, on one layer whose projections
+# have a decaying spectrum, how much of the full multi-head keys and values MLA's best
+# latent of size $d_c$ keeps, beside GQA (a mean over each group of heads) and MQA.
+
+# %% tags=["skip-grading"]
+mla_explorer(fns={"kv_cache_bytes": kv_cache_bytes, "mla_cache_bytes": mla_cache_bytes})
+
+# %% [markdown]
+# ## 6. Differential attention
+#
+# Every part so far made attention *cheaper*. The last one makes it *sharper*. A softmax
+# never gives a key exactly zero weight, so over a long context the many irrelevant keys
+# together collect a noticeable share of every row: "attention noise". The **Differential
+# Transformer** (Ye et al., arXiv 2410.05258) computes **two** softmax maps from two
+# halves of the query and key projections and subtracts one from the other, as a
+# differential amplifier cancels the noise common to its two inputs:
+#
+# $$ \mathrm{DiffAttn}(X) = \Big(\mathrm{softmax}\big(\tfrac{Q_1 K_1^\top}{\sqrt d}\big)
+#    - \lambda\, \mathrm{softmax}\big(\tfrac{Q_2 K_2^\top}{\sqrt d}\big)\Big) V . $$
+#
+# Weight that both maps spread over the distractors cancels; what only the first map puts
+# on the relevant key survives. Each row of $A_1 - \lambda A_2$ sums to $1 - \lambda$, and
+# single weights may be negative. With $\lambda = 0$ it is ordinary attention; with two
+# identical maps it is $(1 - \lambda)$ times ordinary attention.
+#
+# **$\lambda$ is learned, re-parameterised.** It is not a parameter itself. Each layer has
+# four learned vectors $\lambda_{q1}, \lambda_{k1}, \lambda_{q2}, \lambda_{k2} \in \mathbb R^d$
+# and
+#
+# $$ \lambda = \exp(\lambda_{q1} \cdot \lambda_{k1}) - \exp(\lambda_{q2} \cdot \lambda_{k2})
+#    + \lambda_\text{init}, \qquad
+#    \lambda_\text{init}(l) = 0.8 - 0.6\, e^{-0.3 (l - 1)}, $$
+#
+# with $l = 1, 2, \dots$ the **1-based** layer number: $\lambda_\text{init}$ is 0.2 in the
+# first layer and tends to 0.8 in deep ones. (The paper's code writes
+# `0.8 - 0.6 * exp(-0.3 * depth)` with a 0-based `depth = l - 1`: the same numbers.) The
+# two exponentials let $\lambda$ move smoothly in both directions while the vectors start
+# near zero, where $\lambda = \lambda_\text{init}$.
+#
+# **Per-head normalisation and the $(1 - \lambda_\text{init})$ scale.** Because the
+# difference can be small and its size varies from head to head, each head's output
+# $O_h = (A_1 - \lambda A_2) V$ (width $2d$) goes through RMSNorm over **its own $2d$
+# features** (the last axis, one RMS per head, token and batch element; the paper calls it
+# GroupNorm with one group per head), with eps $10^{-5}$ and a learned weight of size
+# $2d$ shared by all heads (`self.subln`, as in the paper's code). The result is multiplied
+# by the **constant** $(1 - \lambda_\text{init})$, not by $1 - \lambda$, so that at
+# initialisation the output has the scale of ordinary attention. Then the heads are
+# concatenated (head 0 first) and projected by `out_proj`.
+#
+# **Layout** (the paper's code, so that its weights load one-to-one). With $H$ heads,
+# $d = d_\text{model} / (2H)$. `q_proj` and `k_proj` (`d_model -> d_model`) produce $2H$
+# sub-heads of width $d$, numbered $0 .. 2H - 1$ along the feature axis; head $h$ uses
+# sub-heads $2h$ as $(Q_1, K_1)$ and $2h + 1$ as $(Q_2, K_2)$. In tensors:
+# `q_proj(x).view(B, T, H, 2, d)`, index `[:, :, h, 0]` is $Q_1$ of head $h$ and
+# `[:, :, h, 1]` its $Q_2$. `v_proj` is **not** split: `view(B, T, H, 2 * d)`, each head's
+# value has width $2d$. The attention scale is $1/\sqrt d$, of the half width $d$.
+#
+# ### Exercise 6a: `lambda_init_fn` and `differential_attention`
+#
+# `differential_attention(q1, k1, q2, k2, v, lam, mask=None, scale=None)`:
+#
+# * `q1, q2 (B, H, T_q, d)`, `k1, k2 (B, H, T_k, d)`, `v (B, H, T_k, d_v)`; `T_q` may
+#   differ from `T_k`. Returns `(B, H, T_q, d_v)` in the inputs' dtype.
+# * `lam` is a Python float or a tensor broadcastable to `(B, H, 1, 1)` (a 0-d tensor,
+#   or one value per head).
+# * `mask` follows Assignment 01 (bool, `True` = may attend, or a float bias, broadcastable
+#   to `(B, H, T_q, T_k)`) and applies to **both** maps before their softmaxes. A row whose
+#   keys are all masked gives zeros, as `attention_weights` does.
+# * `scale` defaults to $1/\sqrt d$ (the width of `q1`).
+#
+# `attention_weights` from Assignment 01 is imported above; use it for each map.
+
+# %% nbgrader={"grade": false, "grade_id": "lambda_init_fn", "locked": false, "schema_version": 3, "solution": true}
+def lambda_init_fn(layer: int) -> float:
+    """``lambda_init = 0.8 - 0.6 exp(-0.3 (l - 1))`` for the 1-based layer number ``l``.
+
+    Raises ``ValueError`` for ``layer < 1``.
+    """
+    if layer < 1:
+        raise ValueError(f"layer is the 1-based layer number l >= 1, got {layer}")
+    ### BEGIN SOLUTION
+    return 0.8 - 0.6 * math.exp(-0.3 * (layer - 1))
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": false, "grade_id": "differential_attention", "locked": false, "schema_version": 3, "solution": true}
+def differential_attention(
+    q1: Tensor,
+    k1: Tensor,
+    q2: Tensor,
+    k2: Tensor,
+    v: Tensor,
+    lam: Tensor | float,
+    mask: Tensor | None = None,
+    scale: float | None = None,
+) -> Tensor:
+    """``(softmax(q1 k1^T * scale) - lam * softmax(q2 k2^T * scale)) v``.
+
+    Args:
+        q1, q2: ``(B, H, T_q, d)``; k1, k2: ``(B, H, T_k, d)``; v: ``(B, H, T_k, d_v)``.
+        lam: float, or a tensor broadcastable to ``(B, H, 1, 1)``.
+        mask: as in ``attention_weights``, applied to both maps.
+        scale: default ``1 / sqrt(d)``.
+
+    Returns:
+        ``(B, H, T_q, d_v)``.
+    """
+    ### BEGIN SOLUTION
+    a1 = attention_weights(q1, k1, mask, scale)  # softmax(Q1 K1^T / sqrt d)
+    a2 = attention_weights(q2, k2, mask, scale)  # softmax(Q2 K2^T / sqrt d)
+    return (a1 - lam * a2) @ v  # (A1 - lambda A2) V
+    ### END SOLUTION
+
+
+# %% [markdown]
+# ### Exercise 6b: `DifferentialAttention`
+#
+# The constructor is given: the four projections (`nn.Linear(d_model, d_model,
+# bias=bias)`), the four $\lambda$ vectors (width $d$, drawn from $N(0, 0.1^2)$ as in the
+# paper's code), `self.lambda_init` for the layer, and `self.subln`, the shared per-head
+# RMSNorm of width $2d$. Write
+#
+# * `lambda_full()`: $\lambda$ as a **0-d tensor** that keeps the graph to the four
+#   vectors (training must reach them);
+# * `forward(x, mask=None, causal=True)`: `x (B, T, d_model) -> (B, T, d_model)`. With
+#   `causal=True` query $i$ sees keys $j \le i$ (`causal_mask(T)`); an extra bool `mask`
+#   broadcastable to `(B, H, T, T)` (key padding, say) is ANDed in (`combine_masks`).
+#   Split the sub-heads as described above, call your `differential_attention` with
+#   `self.lambda_full()`, normalise each head with `self.subln`, multiply by
+#   `1 - self.lambda_init`, merge the heads and apply `out_proj`.
+#
+# The hidden checks load the weights of the course's reference (with random RMSNorm
+# weights and $\lambda$ vectors large enough that $\lambda \ne \lambda_\text{init}$) into
+# your class and compare `lambda_full()` and `forward` with it for several layers, head
+# counts and masks, in float32 (the dtype the class is built in; tolerance 2e-5 absolute,
+# 1e-4 relative); `differential_attention` is compared in float64. They also check that a
+# loss on the output reaches the four $\lambda$ vectors with the reference's gradients.
+
+# %% nbgrader={"grade": false, "grade_id": "differential_attention_module", "locked": false, "schema_version": 3, "solution": true}
+class DifferentialAttention(nn.Module):
+    """Multi-head differential attention (arXiv 2410.05258).
+
+    Args:
+        d_model: model width, divisible by ``2 * n_heads``.
+        n_heads: number of differential heads (each uses two query/key sub-heads).
+        layer: 1-based layer number ``l``, sets ``lambda_init``.
+        bias: bias in the projections.
+
+    ``forward(x (B, T, d_model)) -> (B, T, d_model)``.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, layer: int = 1, bias: bool = False):
+        super().__init__()
+        if n_heads < 1 or d_model % (2 * n_heads) != 0:
+            raise ValueError(
+                f"d_model={d_model} must be divisible by 2 * n_heads={2 * n_heads} "
+                "(each head splits its query/key into two halves)"
+            )
+        self.d_model, self.n_heads = d_model, n_heads
+        self.d_head = d_model // n_heads // 2  # d: width of Q1, Q2, K1, K2
+        self.lambda_init = lambda_init_fn(layer)
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.lambda_q1 = nn.Parameter(torch.randn(self.d_head) * 0.1)
+        self.lambda_k1 = nn.Parameter(torch.randn(self.d_head) * 0.1)
+        self.lambda_q2 = nn.Parameter(torch.randn(self.d_head) * 0.1)
+        self.lambda_k2 = nn.Parameter(torch.randn(self.d_head) * 0.1)
+        self.subln = nn.RMSNorm(2 * self.d_head, eps=1e-5)  # per-head norm, width 2d
+
+    def lambda_full(self) -> Tensor:
+        """``lambda = exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init`` (a 0-d tensor)."""
+        ### BEGIN SOLUTION
+        lam1 = torch.exp(torch.dot(self.lambda_q1, self.lambda_k1))  # exp(lq1 . lk1)
+        lam2 = torch.exp(torch.dot(self.lambda_q2, self.lambda_k2))  # exp(lq2 . lk2)
+        return lam1 - lam2 + self.lambda_init
+        ### END SOLUTION
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, causal: bool = True) -> Tensor:
+        """
+        Args:
+            x: ``(B, T, d_model)``.
+            mask: extra bool mask broadcastable to ``(B, n_heads, T, T)``.
+            causal: AND a causal mask in.
+
+        Returns:
+            ``(B, T, d_model)``.
+        """
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"x must be (B, T, {self.d_model}), got shape {tuple(x.shape)}")
+        B, T, _ = x.shape
+        H, d = self.n_heads, self.d_head
+        ### BEGIN SOLUTION
+        q = self.q_proj(x).view(B, T, H, 2, d).permute(3, 0, 2, 1, 4)  # (2, B, H, T, d)
+        k = self.k_proj(x).view(B, T, H, 2, d).permute(3, 0, 2, 1, 4)  # sub-head 2h+i -> [i, h]
+        v = self.v_proj(x).view(B, T, H, 2 * d).transpose(1, 2)  # (B, H, T, 2d)
+        attn_mask = combine_masks(causal_mask(T, device=x.device) if causal else None, mask)
+        out = differential_attention(q[0], k[0], q[1], k[1], v, self.lambda_full(), attn_mask)
+        out = self.subln(out) * (1.0 - self.lambda_init)  # per-head RMSNorm, x (1 - lambda_init)
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, self.d_model))
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_differential", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+assert abs(lambda_init_fn(1) - 0.2) < 1e-12, f"lambda_init(1) = 0.8 - 0.6 = 0.2, got {lambda_init_fn(1)}"
+assert abs(lambda_init_fn(3) - (0.8 - 0.6 * math.exp(-0.6))) < 1e-12, (
+    "lambda_init(l) = 0.8 - 0.6 exp(-0.3 (l - 1)) with l counted from 1")
+
+g64 = torch.Generator().manual_seed(1)
+q1, k1, q2, k2 = (torch.randn(2, 3, 5, 4, generator=g64, dtype=torch.float64) for _ in range(4))
+v = torch.randn(2, 3, 5, 6, generator=g64, dtype=torch.float64)
+out = differential_attention(q1, k1, q2, k2, v, 0.3)
+assert out.shape == (2, 3, 5, 6), f"expected (B, H, T_q, d_v) = (2, 3, 5, 6), got {tuple(out.shape)}"
+a1 = torch.softmax(q1 @ k1.transpose(-2, -1) / 2.0, dim=-1)  # scale 1/sqrt(d) = 1/2
+a2 = torch.softmax(q2 @ k2.transpose(-2, -1) / 2.0, dim=-1)
+assert torch.allclose(out, (a1 - 0.3 * a2) @ v, atol=1e-12), (
+    "differential_attention should be (softmax(q1 k1^T / sqrt d) - lam softmax(q2 k2^T / sqrt d)) v")
+assert torch.allclose(differential_attention(q1, k1, q2, k2, v, 0.0),
+                      scaled_dot_product_attention(q1, k1, v), atol=1e-12), (
+    "lam = 0 is ordinary attention with the first map")
+assert torch.allclose(differential_attention(q1, k1, q1, k1, v, 0.3),
+                      0.7 * scaled_dot_product_attention(q1, k1, v), atol=1e-12), (
+    "two identical maps cancel to (1 - lam) x ordinary attention: common-mode rejection")
+cm = causal_mask(5)
+assert torch.allclose(differential_attention(q1, k1, q2, k2, v, 0.3, cm),
+                      (a1.masked_fill(~cm, 0) / a1.masked_fill(~cm, 0).sum(-1, keepdim=True)
+                       - 0.3 * a2.masked_fill(~cm, 0) / a2.masked_fill(~cm, 0).sum(-1, keepdim=True))
+                      @ v, atol=1e-12), "the mask applies to both maps, before their softmaxes"
+
+torch.manual_seed(0)
+diff = DifferentialAttention(d_model=16, n_heads=2, layer=3).double()
+with torch.no_grad():
+    for p in (diff.lambda_q1, diff.lambda_k1, diff.lambda_q2, diff.lambda_k2):
+        p.normal_(0, 0.5)  # far from zero: lambda != lambda_init
+    diff.subln.weight.uniform_(0.5, 1.5)
+lam = diff.lambda_full()
+assert isinstance(lam, torch.Tensor) and lam.dim() == 0, "lambda_full() returns a 0-d tensor"
+with torch.no_grad():
+    lam_by_hand = (math.exp(float(diff.lambda_q1 @ diff.lambda_k1))
+                   - math.exp(float(diff.lambda_q2 @ diff.lambda_k2)) + lambda_init_fn(3))
+assert abs(float(lam.detach()) - lam_by_hand) < 1e-9, (
+    f"lambda_full() = {float(lam.detach()):.6f}, expected exp(lq1.lk1) - exp(lq2.lk2) + lambda_init = "
+    f"{lam_by_hand:.6f}")
+
+x = torch.randn(2, 7, 16, dtype=torch.float64)
+with torch.no_grad():
+    y = diff(x)
+    assert y.shape == (2, 7, 16), f"expected (B, T, d_model) = (2, 7, 16), got {tuple(y.shape)}"
+    # The same computation head by head, written out: sub-heads 2h and 2h + 1.
+    B, T, H, d = 2, 7, 2, 4
+    qs, ks = diff.q_proj(x).view(B, T, 2 * H, d), diff.k_proj(x).view(B, T, 2 * H, d)
+    vs = diff.v_proj(x).view(B, T, H, 2 * d)
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    heads = []
+    for h in range(H):
+        maps = [torch.softmax((qs[:, :, 2 * h + i] @ ks[:, :, 2 * h + i].transpose(1, 2) / d**0.5)
+                              .masked_fill(future, float("-inf")), dim=-1) for i in (0, 1)]
+        o = (maps[0] - lam * maps[1]) @ vs[:, :, h]  # (B, T, 2d)
+        o = o / torch.sqrt(o.pow(2).mean(-1, keepdim=True) + 1e-5) * diff.subln.weight
+        heads.append(o * (1 - lambda_init_fn(3)))
+    by_hand = diff.out_proj(torch.cat(heads, dim=-1))
+assert torch.allclose(y, by_hand, atol=1e-10), (
+    f"DifferentialAttention differs from the head-by-head computation (max difference "
+    f"{(y - by_hand).abs().max():.2e}): check the sub-head pairing (2h, 2h + 1), RMSNorm over "
+    "each head's 2d features and the factor (1 - lambda_init)")
+x2 = x.clone()
+x2[:, 4:] += 1.0
+with torch.no_grad():
+    assert torch.allclose(diff(x2)[:, :4], y[:, :4], atol=1e-12), "causal: the future leaks"
+diff(x).sum().backward()
+assert diff.lambda_q1.grad is not None and diff.lambda_q1.grad.abs().sum() > 0, (
+    "the loss must reach the lambda vectors: build lambda from them with torch operations")
+print("✓ lambda_init_fn, differential_attention and DifferentialAttention pass the visible checks")
+
+# %% [markdown]
+# Your `differential_attention` on a sequence with distractors: the first query carries
+# the needle's feature plus a chance direction that matches every key a little, the second
+# query a weaker copy of the chance direction alone. Move $\lambda$ and watch the weight
+# the two maps share cancel, the rows shrink to $1 - \lambda$, and the output's cosine with
+# the needle's value change.
+
+# %% tags=["skip-grading"]
+differential_explorer(fns={"differential_attention": differential_attention})
+
+
+# %% [markdown]
 # ## Summary
 #
 # * Sparse patterns keep $O(T w)$ cells instead of $T^2$: a causal window
 #   ($i - w < j \le i$), a band ($|i - j| \le r$), dilated windows, global and random
 #   tokens. Count cells exactly: the edges lose neighbours. Stacked windows reach
 #   $\approx L \times w$ tokens back.
+#   Global tokens (their whole row and column visible) connect any two tokens in two
+#   hops and hear the whole sequence in one layer, for $O(|G| T)$ extra cells.
 # * Linear attention replaces $\exp(q \cdot k)$ by $\phi(q)^\top\phi(k)$, so the sums
 #   factorise: $O(T)$ cost, and its causal form is an RNN whose state is $S_i$ and $z_i$.
 #   Do not forget the normaliser $\phi(q_i)^\top z_i$.
@@ -943,8 +1354,11 @@ print("✓ mla_cache_bytes and MultiHeadLatentAttention pass the visible checks"
 #   layer, and absorbing $W^{UK}$ into the query lets inference attend over the latents
 #   directly.
 #
-# **Reading.** *Differential attention* (arXiv 2410.05258, `toolkit.differential`)
-# subtracts two softmax maps to cancel attention noise; the toolkit's reference and its
-# tests show the $\lambda$ re-parameterisation. Assignment 04 turns to the other cost,
+# * Differential attention subtracts a second softmax map, scaled by a learned
+#   $\lambda = e^{\lambda_{q1} \cdot \lambda_{k1}} - e^{\lambda_{q2} \cdot \lambda_{k2}}
+#   + \lambda_\text{init}$, to cancel the weight both maps spread over distractors; each
+#   head is RMS-normalised over its own features and scaled by $1 - \lambda_\text{init}$.
+#
+# Assignment 04 turns to the other cost,
 # memory traffic: FlashAttention computes exact attention without ever storing the
 # $T \times T$ scores.

@@ -204,7 +204,11 @@ online_softmax_stepper()
 #   `min(N_k, qe + shift)`, one past the query tile's last visible key `qe - 1 + shift`,
 #   are skipped entirely: that is where
 #   causal attention saves half the work. Only tiles that *cross* the diagonal
-#   (`ke - 1 > qs + shift`) need the mask `causal_tile_mask(qs, qe, ks, ke, shift, device)`.
+#   (`ke - 1 > qs + shift`) need the mask `causal_tile_mask(qs, qe, ks, ke, shift, device)`,
+#   a bool `(qe - qs, ke - ks)` tile that is **True where the key is visible** (`j <= i +
+#   shift`), the polarity of every mask in this course. `masked_fill` fills where its mask
+#   is True, so hide the others with `s.masked_fill(~causal_tile_mask(...), NEG_INF)`;
+#   without the `~` you hide exactly the visible keys.
 # * **A row with nothing visible** (possible when `N_q > N_k` with a causal mask) keeps
 #   $m = -\infty$; use `m_safe = where(m' == -inf, 0, m')` in the exponentials so that
 #   no `-inf - (-inf) = NaN` appears. Such a row ends with `acc = 0` and `l = 0`, so
@@ -212,6 +216,12 @@ online_softmax_stepper()
 #   and its `lse` is `-inf`.
 # * **Precision.** Accumulate in at least float32 (`acc_dtype`); write `out` in the input
 #   dtype; `lse` stays in `acc_dtype`.
+# * **What "never builds an $N_q \times N_k$ tensor" means, and how it is checked.** A
+#   hidden check records the shape of every tensor created during one causal call with
+#   $N = 48$, $d = 8$ and $16 \times 16$ tiles, and fails if one has at least 48 entries on
+#   its last axis and at least 16 on the one before: a score-shaped tensor that holds a
+#   whole row of keys. Full-size tensors of another shape are fine: `out`, `lse`, `m`,
+#   `l`, the reshaped inputs, and any `(..., N_q, d)` accumulator.
 #
 # ### Exercise 2: `flash_attention_forward`
 
@@ -226,7 +236,8 @@ def flash_attention_forward(
     *,
     scale: float | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Tiled attention forward with the online softmax; never builds an ``N_q x N_k`` tensor.
+    """Tiled attention forward with the online softmax; never builds an ``N_q x N_k`` tensor
+    (no tensor holding a whole row of keys for a tile of queries; see the rule above).
 
     Args:
         q: ``(B, H, N_q, d)``; k: ``(B, H_kv, N_k, d)``; v: ``(B, H_kv, N_k, d_v)``,
@@ -657,6 +668,30 @@ if DEVICE == "cuda":
 # Mind the cases of part 3: rows past `N_Q` and keys past `N_K` must contribute nothing
 # (mask `P` there), and `tl.trans(x)` transposes a tile for `tl.dot`. Cast `p` and `ds`
 # to the input dtype before their `tl.dot` (`p.to(do.dtype)`), as in the forward.
+#
+# **Three traps, named.** Each gives wrong gradients or NaN without any error:
+#
+# 1. *Base 2 against natural log.* The forward ran in base 2 (`qk_scale = scale *
+#    log2(e)`, `tl.exp2`), but the `lse` it stored is a **natural** log, and the kernel
+#    receives the plain `scale`. Recompute $S = Q K^\top \cdot \text{scale}$ and
+#    $P = e^{S - L}$ with `tl.exp`; `tl.exp2(s - lse)`, or $S$ scaled by `qk_scale`, with
+#    this `lse` gives probabilities that do not sum to 1.
+# 2. *A row with no visible key.* Its `lse` is $-\infty$ (causal with `N_Q > N_K`), so
+#    `tl.exp(s - lse)` is $+\infty$ there, and a multiplicative mask (`p * visible`) turns
+#    $\infty \cdot 0$ into NaN. Select with `tl.where(visible, tl.exp(s - lse), 0.0)`, which
+#    discards the infinity, and start the query loop at `max(0, n0 - shift)` (such rows
+#    are then never loaded at all).
+# 3. *Buffers the kernel does not fully write.* `dq` receives `tl.atomic_add`s, so the
+#    wrapper must create it zeroed (`torch.zeros`, float32), never with `torch.empty`.
+#    `dk` and `dv` may be `torch.empty` only because every program stores its whole key
+#    tile at the end, even a tile that no query sees (its gradient is then 0): a program
+#    that returns early without storing leaves garbage in them.
+#
+# The hidden checks compare `dq`, `dk`, `dv` with autograd through dense float64 attention:
+# causal and not, with GQA and MQA, with `N_Q < N_K` and `N_Q > N_K` (24 rows with no
+# visible key, whose `dq` must be exactly 0), in float16, and with another scale and other
+# tiles. A garbage `dq` buffer shows up there only if the memory it gets is not already
+# zero, so do not count on a check to catch trap 3: zero it.
 #
 # ### Exercise 4a: the backward kernel
 

@@ -17,7 +17,8 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 NOTEBOOK = "widgets_smoke.ipynb"
-# (builder name, code): one widget builder per toolkit.widgets module.
+# (builder name, code): one widget builder per toolkit.widgets module, and the three
+# attention variants' explorers.
 WIDGET_CELLS = [
     ("attention_explorer",
      "from toolkit.widgets.attention import attention_explorer\nattention_explorer()"),
@@ -25,6 +26,14 @@ WIDGET_CELLS = [
      "from toolkit.widgets.position import rope_spectrum_explorer\nrope_spectrum_explorer()"),
     ("mask_gallery",
      "from toolkit.widgets.efficient import mask_gallery\nmask_gallery()"),
+    # The attention variants of Assignment 03: each has a control of another kind.
+    ("linear_attention_explorer",
+     "from toolkit.widgets.efficient import linear_attention_explorer\n"
+     "linear_attention_explorer()"),
+    ("mla_explorer",
+     "from toolkit.widgets.efficient import mla_explorer\nmla_explorer()"),
+    ("differential_explorer",
+     "from toolkit.widgets.efficient import differential_explorer\ndifferential_explorer()"),
     ("temperature_explorer",
      "from toolkit.widgets.blocks import temperature_explorer\ntemperature_explorer()"),
     ("ssm_kernel_explorer",
@@ -152,6 +161,20 @@ def test_widgets_render_and_react_in_jupyterlab(chromium, lab_server, tmp_path):
         )
         after_value = readout.inner_text()
         assert after_value != before_value, (before_value, after_value)
+
+        # The same with differential_explorer's lambda (a float slider): a new image.
+        cell = page.locator(".jp-Notebook .jp-CodeCell").nth(
+            1 + [n for n, _ in WIDGET_CELLS].index("differential_explorer"))
+        image = cell.locator("img.widget-image").first
+        before_src = image.get_attribute("src")
+        handle = cell.locator(".widget-slider").first.locator(".noUi-handle").first
+        handle.scroll_into_view_if_needed()
+        handle.focus()
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function(
+            "([img, src]) => img.src && img.src !== src && img.complete && img.naturalWidth > 50",
+            arg=[image.element_handle(), before_src], timeout=20_000, polling=100,
+        )
 
         page.screenshot(path=str(tmp_path / "jupyterlab_widgets.png"))
         for i, (name, _) in enumerate(WIDGET_CELLS, start=1):

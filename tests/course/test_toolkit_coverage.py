@@ -80,6 +80,14 @@ SHOWN_BY_BUILDER = {
     "message_figure": "mlm_masking_playground",
     "plot_mlm_masking": "mlm_masking_playground",
     "plot_soft_targets": "temperature_explorer",
+    "linear_vs_softmax": "linear_attention_explorer",
+    "running_state": "linear_attention_explorer",
+    "plot_linear_attention": "linear_attention_explorer",
+    "latent_tradeoff": "mla_explorer",
+    "plot_latent_tradeoff": "mla_explorer",
+    "distractor_example": "differential_explorer",
+    "differential_maps": "differential_explorer",
+    "plot_differential_maps": "differential_explorer",
 }
 
 #: What the toolkit implements and no notebook shows yet, by the assignment whose topic it
@@ -208,3 +216,84 @@ def test_the_exceptions_are_real_and_still_needed():
     assert not stale, f"now used by a notebook, so remove them from the exceptions: {stale}"
     reasons = [*NOT_FOR_NOTEBOOKS.values(), *NOT_YET_SHOWN.values()]
     assert all(reason and "\n" not in reason and len(reason) <= 90 for reason in reasons)
+
+
+#: Every attention component of units 01-04 with its four faces: ``component -> (toolkit
+#: module, the name the student writes, assignment, lecture, widget builder)``. The
+#: student's name is the toolkit's reference (a solution cell of the assignment defines
+#: it); the lecture of that unit uses it; the widget is shown by the lecture or the
+#: assignment.
+ATTENTION_COMPONENTS = {
+    "scaled dot-product attention": ("toolkit.attention", "attention_weights", "01-attention",
+                                     "01-attention", "attention_explorer"),
+    "causal and padding masks": ("toolkit.masks.basic", "causal_mask", "01-attention",
+                                 "01-attention", "attention_explorer"),
+    "multi-head attention": ("toolkit.attention", "MultiHeadAttention", "01-attention",
+                             "01-attention", "families_explorer"),
+    "RoPE": ("toolkit.position.rope", "apply_rope", "02-positional", "02-positional",
+             "rope_rotation_explorer"),
+    "ALiBi": ("toolkit.position.biases", "alibi_bias", "02-positional", "02-positional",
+              "alibi_explorer"),
+    "context extension (PI, NTK, YaRN)": ("toolkit.position.rope_scaling",
+                                          "yarn_inv_freq_and_temperature",
+                                          "02-positional", "02-positional",
+                                          "long_context_explorer"),
+    "sparse windows": ("toolkit.masks.sparse", "sliding_window_mask", "03-efficient-attention",
+                       "03-efficient-attention", "mask_gallery"),
+    "global tokens": ("toolkit.masks.sparse", "global_token_mask", "03-efficient-attention",
+                      "03-efficient-attention", "mask_gallery"),
+    "linear attention": ("toolkit.linear_attention", "linear_attention",
+                         "03-efficient-attention", "03-efficient-attention",
+                         "linear_attention_explorer"),
+    "GQA, MQA and the KV cache": ("toolkit.gqa", "repeat_kv", "03-efficient-attention",
+                                  "03-efficient-attention", "kv_cache_calculator"),
+    "multi-head latent attention": ("toolkit.mla", "mla_cache_bytes", "03-efficient-attention",
+                                    "03-efficient-attention", "mla_explorer"),
+    "differential attention": ("toolkit.differential", "DifferentialAttention",
+                               "03-efficient-attention", "03-efficient-attention",
+                               "differential_explorer"),
+    "FlashAttention": ("toolkit.flash.tiled", "flash_attention_forward", "04-flash-attention",
+                       "04-flash-attention", "online_softmax_stepper"),
+}
+
+
+def _module_defines(module: str, name: str) -> bool:
+    path = ROOT / Path(*module.split("."))
+    source = path.with_suffix(".py") if path.with_suffix(".py").exists() else path / "__init__.py"
+    return any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name
+               for n in ast.parse(source.read_text()).body)
+
+
+def _solution_names(notebook: Path) -> set[str]:
+    nb = jupytext.read(notebook, fmt="py:percent")
+    names = set()
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
+            names |= {n.name for n in ast.parse(cell.source).body
+                      if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    return names
+
+
+def test_every_attention_component_has_its_four_faces():
+    """Module, graded exercise, lecture and widget for each component of units 01-04."""
+    outline = load_outline(COURSE_FILE)
+    lectures = {lec.stem: outline.lecture_source(lec) for lec in outline.lectures}
+    widgets = public_toolkit_names()
+    missing = []
+    for component, (module, name, assignment, lecture, widget) in ATTENTION_COMPONENTS.items():
+        spec = AssignmentSpec.load(assignment, ASSIGNMENTS_DIR)
+        notebooks = [spec.path / f"{nb}.py" for nb in spec.notebooks]
+        if not _module_defines(module, name):
+            missing.append(f"{component}: {module} does not define {name}")
+        if not any(name in _solution_names(nb) for nb in notebooks):
+            missing.append(f"{component}: no solution cell of {assignment} defines {name}")
+        lecture_uses = used_names(lectures[lecture], defines_count=False)
+        if name not in lecture_uses:
+            missing.append(f"{component}: lecture {lecture} does not use {name}")
+        if not widgets.get(widget, "").startswith("toolkit.widgets."):
+            missing.append(f"{component}: {widget} is no widget builder of toolkit.widgets")
+        shown = lecture_uses.union(*(used_names(nb, defines_count=False) for nb in notebooks))
+        if widget not in shown:
+            missing.append(
+                f"{component}: neither lecture {lecture} nor {assignment} shows {widget}")
+    assert not missing, "\n".join(missing)

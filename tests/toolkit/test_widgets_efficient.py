@@ -16,7 +16,8 @@ from toolkit.widgets import efficient as E  # noqa: E402
 from toolkit.widgets.display import HEADLESS_ENV, figure_to_png  # noqa: E402
 
 BUILDERS = [E.mask_gallery, E.kv_cache_calculator, E.online_softmax_stepper,
-            E.attention_memory_explorer]
+            E.attention_memory_explorer, E.linear_attention_explorer, E.mla_explorer,
+            E.differential_explorer]
 
 
 @pytest.fixture
@@ -137,3 +138,105 @@ def test_widgets_headless_placeholder(builder, monkeypatch):
 def test_tensor_inputs_accepted():
     s = torch.tensor([0.0, 2.0, 1.0, 3.0])
     render(E.plot_online_softmax(s, torch.eye(4), block=2, step=0))
+
+
+# -- linear attention, MLA and differential attention ---------------------------------------
+
+
+def _controls(widget) -> dict:
+    return {c.description: c for box in widget.children if isinstance(box, w.HBox)
+            for c in box.children if hasattr(c, "description")}
+
+
+def _image(widget) -> bytes:
+    return bytes(next(c for c in widget.children if isinstance(c, w.Image)).value)
+
+
+@pytest.mark.parametrize("builder, moves", [
+    (E.linear_attention_explorer, {"feature map": "relu(x)", "step t": 30, "d": 8, "seed": 3}),
+    (E.mla_explorer, {"latent d_c": 8, "spectrum decay": 0.0, "seed": 2}),
+    (E.differential_explorer, {"lambda": 0.8, "keys": 256, "noise": 0.5, "seed": 4}),
+])
+def test_every_control_redraws(builder, moves, interactive):
+    widget = builder()
+    controls = _controls(widget)
+    assert set(moves) <= set(controls), sorted(controls)
+    for name, value in moves.items():
+        before = _image(widget)
+        controls[name].value = value
+        assert _image(widget) != before, f"{builder.__name__}: moving {name!r} drew nothing new"
+
+
+def test_differential_maps_are_the_two_softmaxes_and_their_difference():
+    r = E.differential_maps(n=32, lam=0.3, noise=1.0, seed=1)
+    ex = E.distractor_example(32, 1.0, 1)
+    a1 = torch.softmax((ex["q1"] @ ex["keys"].transpose(-2, -1))[0, 0, 0] / 32**0.5, -1)
+    a2 = torch.softmax((ex["q2"] @ ex["keys"].transpose(-2, -1))[0, 0, 0] / 32**0.5, -1)
+    torch.testing.assert_close(r["a1"], a1)
+    torch.testing.assert_close(r["a2"], a2)
+    torch.testing.assert_close(r["diff"], a1 - 0.3 * a2)
+    assert float(r["diff"].sum()) == pytest.approx(0.7)  # a row of A1 - lam A2 sums to 1 - lam
+    torch.testing.assert_close(E.differential_maps(n=32, lam=0.0, noise=1.0, seed=1)["a2"], a2)
+    assert r["cosines"][0] < max(r["cosines"])  # some lambda > 0 beats plain attention here
+    with pytest.raises(ValueError, match="at least 2"):
+        E.distractor_example(1)
+
+
+def test_differential_widget_draws_with_the_students_function(interactive):
+    calls = []
+
+    def mine(q1, k1, q2, k2, v, lam, mask=None, scale=None):
+        calls.append(lam)
+        return E.differential.differential_attention(q1, k1, q2, k2, v, lam, mask, scale)
+
+    render(E.plot_differential_maps(16, 0.4, fns={"differential_attention": mine}))
+    assert 0.4 in calls
+
+    def stub(*args, **kwargs):
+        raise NotImplementedError(
+            "`differential_attention` is not written yet (Exercise 6a: differential attention)")
+
+    widget = E.differential_explorer(fns={"differential_attention": stub})
+    shown = " ".join(c.value for c in widget.children if isinstance(c, w.HTML))
+    assert "`differential_attention`" in shown.replace("<code>", "`").replace("</code>", "`")
+
+
+def test_linear_attention_state_and_error():
+    r = E.linear_vs_softmax("elu(x) + 1", d=8, seed=0)
+    assert r["lengths"] == list(E.linear.LENGTHS)
+    assert r["state"] == [8 * 8 + 8] * len(r["lengths"])  # S and z never grow
+    assert r["scores"] == [T * T for T in r["lengths"]]
+    assert all(0 < e < 2 for e in r["causal"] + r["full"])  # a different similarity, not exact
+    q, k, v = E.linear._qkv(64, 8, 0)
+    phi_k = E.FEATURE_MAPS["elu(x) + 1"](k)[0, 0]
+    torch.testing.assert_close(E.running_state(5, "elu(x) + 1", d=8),
+                               sum(torch.outer(phi_k[j], v[0, 0, j]) for j in range(6)))
+    used = []
+
+    def mine(q, k, v, feature_map=None, eps=1e-6):
+        used.append(feature_map)
+        return E.linear.causal_linear_attention(q, k, v, feature_map=feature_map, eps=eps)
+
+    E.linear_vs_softmax("relu(x)", fns={"causal_linear_attention": mine})
+    assert used and all(f is E.FEATURE_MAPS["relu(x)"] for f in used)
+
+
+def test_mla_tradeoff_orders_the_schemes():
+    rows = {r["name"]: r for r in E.latent_tradeoff(d_latent=24, decay=0.05, seed=0)}
+    assert rows["MHA"]["error"] == pytest.approx(0.0, abs=1e-12)
+    gqa2, gqa4 = rows["GQA (2 KV heads)"]["error"], rows["GQA (4 KV heads)"]["error"]
+    assert rows["MQA"]["error"] > gqa2 > gqa4
+    mla = sorted((r for r in rows.values() if "latent" in r), key=lambda r: r["latent"])
+    errors = [r["error"] for r in mla]
+    assert errors == sorted(errors, reverse=True)  # a larger latent keeps more
+    assert mla[-1]["error"] == pytest.approx(0.0, abs=1e-9)  # rank 128 = the whole of [K ; V]
+    assert rows["MLA d_c=24"]["chosen"]
+    assert rows["MHA"]["bytes"] == 2 * 8 * 16 * 2 and rows["MLA d_c=24"]["bytes"] == (24 + 8) * 2
+    counted = []
+
+    def my_bytes(n_layers, d_latent, d_rope, n_tokens, batch=1, bytes_per_element=2):
+        counted.append(d_latent)
+        return n_layers * (d_latent + d_rope) * n_tokens * batch * bytes_per_element
+
+    E.latent_tradeoff(16, fns={"mla_cache_bytes": my_bytes})
+    assert 16 in counted

@@ -14,12 +14,15 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import toolkit.attention  # noqa: E402
+import toolkit.differential  # noqa: E402
 import toolkit.distill  # noqa: E402
 import toolkit.ffn  # noqa: E402
 import toolkit.flash  # noqa: E402
 import toolkit.generate  # noqa: E402
 import toolkit.gqa  # noqa: E402
+import toolkit.linear_attention  # noqa: E402
 import toolkit.masks  # noqa: E402
+import toolkit.mla  # noqa: E402
 import toolkit.mlm  # noqa: E402
 import toolkit.moe  # noqa: E402
 import toolkit.position  # noqa: E402
@@ -57,6 +60,9 @@ CASES = [
     (P.long_context_explorer, {}, "rope_inv_freq_dynamic_ntk", toolkit.position),
     (E.mask_gallery, {}, "band_mask", toolkit.masks),
     (E.kv_cache_calculator, {}, "kv_cache_bytes", toolkit.gqa),
+    (E.linear_attention_explorer, {}, "causal_linear_attention", toolkit.linear_attention),
+    (E.mla_explorer, {}, "mla_cache_bytes", toolkit.mla),
+    (E.differential_explorer, {}, "differential_attention", toolkit.differential),
     (E.online_softmax_stepper, {"n": 8}, "online_softmax_trace", toolkit.flash),
     (E.attention_memory_explorer, {}, "attention_memory_bytes", toolkit.flash),
     (K.layer_scale_explorer, {}, "PreLNBlock", toolkit.residual),

@@ -197,7 +197,8 @@ def bigbird_mask(
     block_dist = (block_of[:, None] - block_of[None, :]).abs()
     window = block_dist <= window_blocks // 2
     n_global = min(global_blocks * block_size, n)
-    mask = global_token_mask(n, range(n_global), base=window, device=device)
+    is_global = torch.arange(n, device=device) < n_global  # the first global blocks
+    mask = window | is_global[:, None] | is_global[None, :]  # as global_token_mask does
     return random_block_mask(n, block_size, random_blocks, seed=seed, base=mask, device=device)
 
 

@@ -6,7 +6,8 @@
   distance, ALiBi heads, train short / test long, every context-extension method
   against the input length;
 * :mod:`toolkit.widgets.efficient` (03, 04): sparse-mask gallery, KV-cache calculator,
-  online-softmax stepper, attention memory;
+  linear attention's state and error, MLA's latent against GQA and MQA, differential
+  attention's two maps, online-softmax stepper, attention memory;
 * :mod:`toolkit.widgets.blocks` (05): Post-LN vs Pre-LN layer scales and warm-up runs, a
   GLU gate explorer, an MLM masking playground, a distillation temperature slider;
 * :mod:`toolkit.widgets.beyond` (06): expert load and collapse, SSM kernel and memory,
@@ -45,6 +46,9 @@ BUILDERS = {
     "efficient": (
         "mask_gallery",
         "kv_cache_calculator",
+        "linear_attention_explorer",
+        "mla_explorer",
+        "differential_explorer",
         "online_softmax_stepper",
         "attention_memory_explorer",
     ),
