@@ -78,12 +78,14 @@ PARTS = {
     "03-efficient-attention": (
         Concept("Sparse attention patterns", ("toolkit.masks.sparse",),
                 ("03-efficient-attention",), ("mask_gallery",)),
-        Concept("Linear attention", ("toolkit.linear_attention",), ("03-efficient-attention",)),
+        Concept("Linear attention", ("toolkit.linear_attention",), ("03-efficient-attention",),
+                ("linear_attention_explorer",)),
         Concept("Grouped-query attention and the KV cache", ("toolkit.gqa",),
                 ("03-efficient-attention",), ("kv_cache_calculator", "decoding_cost_explorer")),
         Concept("Multi-head latent attention", ("toolkit.mla",), ("03-efficient-attention",),
-                ("kv_cache_calculator",)),
-        Concept("Differential attention", ("toolkit.differential",), ("03-efficient-attention",)),
+                ("kv_cache_calculator", "mla_explorer")),
+        Concept("Differential attention", ("toolkit.differential",), ("03-efficient-attention",),
+                ("differential_explorer",)),
     ),
     "04-flash-attention": (
         Concept("Online softmax", ("toolkit.flash.online",), ("04-flash-attention",),
