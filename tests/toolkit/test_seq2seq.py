@@ -18,7 +18,7 @@ from toolkit.seq2seq import (
     greedy_decode,
     shift_right,
 )
-from toolkit.seq2seq.decoding import _beam_search_one
+from toolkit.seq2seq.decoding import beam_search_one
 
 transformers = pytest.importorskip("transformers")
 
@@ -244,7 +244,7 @@ def test_hypothesis_scores_are_normalised_log_probs():
     _eos_heavy(ours)
     src, _ = batch(8)
     for alpha in (0.0, 1.0, 2.0):
-        hyps = _beam_search_one(ours, src[:1], 3, 8, alpha, True)
+        hyps = beam_search_one(ours, src[:1], 3, 8, alpha, True)
         for score, tokens in hyps:
             labels = tokens[None]
             memory, mask = ours.encode(src[:1])

@@ -14,7 +14,8 @@ Read in this order:
   the tied head with T5's rescaling) and :func:`shift_right` (teacher forcing);
 * :mod:`toolkit.seq2seq.decoding`: :func:`greedy_decode` and :func:`beam_decode`;
 * :mod:`toolkit.seq2seq.numbers`: a text-to-text task made here, number words and digits
-  both ways behind T5-style task prefixes, and its word tokenizer.
+  both ways behind T5-style task prefixes, and its word tokenizer;
+* :mod:`toolkit.seq2seq.training`: training on it, exact-match accuracy, checkpoints.
 
 The position bias itself lives with the other position schemes:
 :func:`toolkit.position.t5_relative_position_bucket` and
@@ -27,8 +28,16 @@ EncoderDecoder``.
 from toolkit.seq2seq.attention import DecoderLayer, EncoderLayer, ReluFeedForward, T5Attention
 from toolkit.seq2seq.cache import EncDecCache
 from toolkit.seq2seq.config import EncDecConfig
-from toolkit.seq2seq.decoding import beam_decode, greedy_decode
+from toolkit.seq2seq.decoding import beam_decode, beam_search_one, greedy_decode
 from toolkit.seq2seq.model import IGNORE_INDEX, EncoderDecoder, shift_right
+from toolkit.seq2seq.numbers import (
+    NumberTokenizer,
+    encode_batch,
+    is_held_out,
+    number_examples,
+    number_to_words,
+)
+from toolkit.seq2seq.training import exact_match, load_encdec, save_encdec, train_numbers
 
 __all__ = [
     "IGNORE_INDEX",
@@ -37,9 +46,19 @@ __all__ = [
     "EncDecConfig",
     "EncoderDecoder",
     "EncoderLayer",
+    "NumberTokenizer",
     "ReluFeedForward",
     "T5Attention",
     "beam_decode",
+    "beam_search_one",
+    "encode_batch",
+    "exact_match",
     "greedy_decode",
+    "is_held_out",
+    "load_encdec",
+    "number_examples",
+    "number_to_words",
+    "save_encdec",
     "shift_right",
+    "train_numbers",
 ]

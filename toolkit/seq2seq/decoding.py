@@ -67,9 +67,21 @@ def greedy_decode(
     return tgt[:, 1:]
 
 
-def _beam_search_one(model, src, beam_width, max_new_tokens, length_penalty, use_cache):
-    """Beam search for one input ``(1, S)``: finished hypotheses ``[(score, tokens)]``,
-    best first, at most ``beam_width`` of them."""
+def beam_search_one(
+    model: EncoderDecoder,
+    src: Tensor,
+    beam_width: int,
+    max_new_tokens: int,
+    length_penalty: float = 1.0,
+    use_cache: bool = True,
+) -> list[tuple[float, Tensor]]:
+    """Beam search for one input ``src`` ``(1, S)``.
+
+    Returns:
+        at most ``beam_width`` finished hypotheses ``(score, tokens)``, best first:
+        ``score = sum log p / len^length_penalty`` (a float), ``tokens`` ``(len,)`` the
+        generated ids, EOS included when the hypothesis ended with it.
+    """
     pad, eos = model.config.pad_id, model.config.eos_id
     memory, src_mask = model.encode(src)  # (1, S, d), once
     cache = model.new_cache() if use_cache else None
@@ -140,7 +152,7 @@ def beam_decode(
     check_int("num_return_sequences", num_return_sequences)
     if num_return_sequences > beam_width:
         raise ValueError(f"num_return_sequences={num_return_sequences} > beam_width={beam_width}")
-    best = [_beam_search_one(model, src[b : b + 1], beam_width, max_new_tokens, length_penalty,
+    best = [beam_search_one(model, src[b : b + 1], beam_width, max_new_tokens, length_penalty,
                              use_cache)[:num_return_sequences] for b in range(src.size(0))]
     n = max(t.numel() for hyps in best for _, t in hyps)
     pad = model.config.pad_id
