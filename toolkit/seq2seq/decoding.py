@@ -67,6 +67,7 @@ def greedy_decode(
     return tgt[:, 1:]
 
 
+@torch.no_grad()
 def beam_search_one(
     model: EncoderDecoder,
     src: Tensor,
