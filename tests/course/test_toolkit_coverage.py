@@ -80,6 +80,10 @@ SHOWN_BY_BUILDER = {
     "message_figure": "mlm_masking_playground",
     "plot_mlm_masking": "mlm_masking_playground",
     "plot_soft_targets": "temperature_explorer",
+    "cross_attention_maps": "cross_attention_explorer",
+    "plot_cross_attention": "cross_attention_explorer",
+    "beam_steps": "beam_explorer",
+    "plot_beams": "beam_explorer",
 }
 
 #: What the toolkit implements and no notebook shows yet, by the assignment whose topic it

@@ -260,3 +260,47 @@ def test_arguments_are_checked():
         beam_decode(ours, src, 2, 5, num_return_sequences=3)
     with pytest.raises(ValueError):
         EncDecConfig(vocab_size=10, d_model=10, n_heads=3)
+
+
+def test_number_words():
+    from toolkit.seq2seq import number_to_words
+    assert number_to_words(0) == "zero"
+    assert number_to_words(13) == "thirteen"
+    assert number_to_words(4213) == "four thousand two hundred thirteen"
+    assert number_to_words(9019) == "nine thousand nineteen"
+    assert number_to_words(110) == "one hundred ten"
+    assert number_to_words(999_999) == ("nine hundred ninety nine thousand nine hundred "
+                                        "ninety nine")
+    with pytest.raises(ValueError):
+        number_to_words(1_000_000)
+
+
+def test_number_task_split_and_tokenizer():
+    from toolkit.seq2seq import (
+        NumberTokenizer,
+        encode_batch,
+        exact_match,
+        is_held_out,
+        number_examples,
+    )
+    tok = NumberTokenizer()
+    train = number_examples(2000, held_out=False, seed=1)
+    test = number_examples(300, held_out=True, seed=2)
+
+    def number(pair):
+        source, target = pair
+        return int(source.split()[1]) if source.startswith("words:") else int(target)
+
+    assert not {number(p) for p in train} & {number(p) for p in test}
+    assert all(is_held_out(number(p)) for p in test)
+    assert 0.08 < sum(map(is_held_out, range(10_000))) / 10_000 < 0.12
+    assert {s.split()[0] for s, _ in train} == {"words:", "digits:"}
+    for source, target in train[:50]:
+        assert tok.decode(tok.encode(target)) == target
+        assert tok.encode(source)[-1] == tok.eos_id and tok.unk_id not in tok.encode(source)
+    src, labels = encode_batch(test[:5], tok)
+    assert src.shape[0] == labels.shape[0] == 5 and (labels == -100).any()
+    targets = [torch.tensor(tok.encode(t)) for _, t in test[:5]]
+    perfect = torch.nn.utils.rnn.pad_sequence(targets, batch_first=True)
+    assert exact_match(lambda s, n: perfect, test[:5], tok) == 1.0
+    assert exact_match(lambda s, n: perfect[:, :1], test[:5], tok) < 1.0
