@@ -6,7 +6,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from toolkit.seq2seq import greedy_decode, shift_right
+from toolkit.seq2seq import greedy_decode
 from toolkit.widgets.display import (
     LABEL_STYLE,
     headless_placeholder,
@@ -48,7 +48,8 @@ def cross_attention_maps(model, src: Tensor, output: Tensor) -> Tensor:
              for layer in model.decoder_layers]
     try:
         memory, src_mask = model.encode(src)
-        model.decode(shift_right(output[None], model.config.pad_id), memory, src_mask)
+        start = output.new_full((1,), model.config.pad_id)
+        model.decode(torch.cat([start, output[:-1]])[None], memory, src_mask)  # [start, y..]
     finally:
         for hook in hooks:
             hook.remove()
