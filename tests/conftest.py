@@ -9,7 +9,7 @@ grades its own throwaway course, so nothing is built twice) and the longest unit
 first, the rest following in xdist's usual order.
 
 Each process of the suite also gets a checkpoint cache of its own, so the made
-submissions of 05 and 07 are trained in every run, as on CI's fresh machine."""
+submissions of 05, 07 and 08 are trained in every run, as on CI's fresh machine."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ _VALIDATE = "tests/assignments/test_validate_assignments.py::test_validate"
 LONGEST_FIRST = (
     f"{_VALIDATE}[05-blocks]",                   # 326
     f"{_VALIDATE}[07-capstone]",                 # 229
+    f"{_VALIDATE}[08-encoder-decoder]",          # not timed idle: 8 trainings of 21 s CPU
     "tests/autograder/test_recovery_and_dask.py",  # 164
     "tests/browser/test_run_all_released.py",    # 107
     f"{_VALIDATE}[04-flash-attention]",          # 90
