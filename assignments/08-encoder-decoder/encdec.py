@@ -42,8 +42,8 @@
 # `toolkit.seq2seq` that attends or decodes, and `toolkit.position`'s T5 bias) and
 # PyTorch's fused attention are switched off. The pieces imported below are yours to use.
 #
-# **Time.** Training the default model takes about two minutes on a laptop CPU; everything
-# else runs in seconds.
+# **Time.** Training the default model takes under a minute on a laptop CPU (about 20 s
+# of one core's time); everything else runs in seconds.
 #
 # **Conventions.** Token ids are `(B, S)` for inputs, `(B, T)` for targets; streams
 # `(B, S or T, d_model)`; attention tensors `(B, H, T, d_head)`; logits `(B, T, V)`. Masks
@@ -790,7 +790,7 @@ print("beam_search_one: visible checks passed")
 # `train_numbers` (from the toolkit) trains any model with `model(src, labels) -> (logits,
 # loss)`: AdamW, warm-up and cosine decay, clipping at 1, a fresh batch of training numbers
 # every step. The default below (about 170,000 parameters, 600 steps of 64 examples) takes
-# about two minutes on a laptop CPU.
+# under a minute on a laptop CPU.
 #
 # **How part 7 is scored.** The grader loads `encdec.safetensors` into your
 # `EncoderDecoder`, converts 400 fixed held-out numbers (half in each direction) with
