@@ -9,7 +9,7 @@ groups of their own, since each grades its own throwaway course. Without reorder
 xdist hands the groups out in collection order, which :func:`pytest_collection_modifyitems`
 sets: the longest units first, the short files filling the gaps around them.
 
-The made submissions of 05 and 07 train checkpoints. They come from the checkpoint
+The made submissions of 05, 07 and 08 train checkpoints. They come from the checkpoint
 cache (``~/.cache/autograder/checkpoints``, shared with `make demo` and `autograder
 validate`), keyed by everything training reads, so an unchanged training run is reused
 and a changed one trains again. ``AUTOGRADER_TEST_RETRAIN=1`` (`make test-retrain`)
@@ -46,6 +46,7 @@ _VALIDATE = "tests/assignments/test_validate_assignments.py::test_validate"
 LONGEST_FIRST = (
     f"{_VALIDATE}[05-blocks]",                   # 326
     f"{_VALIDATE}[07-capstone]",                 # 229
+    f"{_VALIDATE}[08-encoder-decoder]",          # not timed idle: 8 trainings of 21 s CPU
     "tests/autograder/test_recovery_and_dask.py",  # 164
     "tests/browser/test_run_all_released.py",    # 107
     f"{_VALIDATE}[04-flash-attention]",          # 90

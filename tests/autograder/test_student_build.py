@@ -58,9 +58,17 @@ PROBE = textwrap.dedent("""
     # GPT is itself a stub here; the comparison stops at `generate`, before any model runs.
     model = torch.nn.Module()
     model.config = types.SimpleNamespace(max_seq_len=16)
+    # EncoderDecoder is a stub too; the widgets stop at the decoder, before any model runs.
+    from toolkit.seq2seq import NumberTokenizer
+    encdec = torch.nn.Module()
+    encdec.config = types.SimpleNamespace(n_heads=2, pad_id=0, eos_id=1)
+    encdec.decoder_layers = torch.nn.ModuleList([torch.nn.Module()])
+    seq2seq = {"model": encdec, "tokenizer": NumberTokenizer()}
     arguments = {
         "sampling_playground": {"logits": torch.linspace(2.0, -2.0, 12)},
         "side_by_side_generation": {"models": {"a": model}, "tokenizer": ByteTokenizer()},
+        "cross_attention_explorer": seq2seq,
+        "beam_explorer": seq2seq,
     }
     shown = {}
     for package, names in toolkit.widgets.BUILDERS.items():
@@ -203,7 +211,8 @@ def test_graded_functions_are_stubs_and_every_widget_builds(student_venv, tmp_pa
     stubbed = set().union(*(graded_names(AssignmentSpec.load(name, ASSIGNMENTS))
                             for name in ("01-attention", "02-positional",
                                          "03-efficient-attention", "05-blocks",
-                                         "06-beyond-attention", "07-capstone")))
+                                         "06-beyond-attention", "07-capstone",
+                                         "08-encoder-decoder")))
     for name, shown in result["shown"].items():
         if shown["drawn"]:
             assert not shown["says"], name

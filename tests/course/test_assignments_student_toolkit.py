@@ -58,6 +58,9 @@ SHORTER = {
         ("STEPS = 600\n", "STEPS = 4\n"),
         ("COMPARE_STEPS = 300\n", "COMPARE_STEPS = 2\n"),
     ],
+    "08-encoder-decoder": [
+        ("STEPS = 600\n", "STEPS = 4\n"),
+    ],
 }
 
 #: What a widget shows in place of its whole figure when a function it needs is a stub

@@ -88,6 +88,10 @@ SHOWN_BY_BUILDER = {
     "distractor_example": "differential_explorer",
     "differential_maps": "differential_explorer",
     "plot_differential_maps": "differential_explorer",
+    "cross_attention_maps": "cross_attention_explorer",
+    "plot_cross_attention": "cross_attention_explorer",
+    "beam_steps": "beam_explorer",
+    "plot_beams": "beam_explorer",
 }
 
 #: What the toolkit implements and no notebook shows yet, by the assignment whose topic it

@@ -28,6 +28,7 @@ import toolkit.moe  # noqa: E402
 import toolkit.position  # noqa: E402
 import toolkit.residual  # noqa: E402
 import toolkit.rwkv  # noqa: E402
+import toolkit.seq2seq  # noqa: E402
 import toolkit.ssm  # noqa: E402
 from autograder.release_steps import stub_message  # noqa: E402
 from toolkit.data import ByteTokenizer  # noqa: E402
@@ -39,6 +40,7 @@ from toolkit.widgets import display as D  # noqa: E402
 from toolkit.widgets import efficient as E  # noqa: E402
 from toolkit.widgets import generation as G  # noqa: E402
 from toolkit.widgets import position as P  # noqa: E402
+from toolkit.widgets import seq2seq as S  # noqa: E402
 
 
 def _tiny_models():
@@ -46,6 +48,15 @@ def _tiny_models():
     config = GPTConfig.modern(vocab_size=256, d_model=16, n_layers=1, n_heads=2, max_seq_len=32)
     return {"modern": GPT(config).eval()}
 
+
+def _tiny_encoder_decoder():
+    torch.manual_seed(0)
+    return toolkit.seq2seq.EncoderDecoder(toolkit.seq2seq.EncDecConfig(
+        vocab_size=toolkit.seq2seq.NumberTokenizer().vocab_size, d_model=16, n_heads=2,
+        d_ff=32)).eval()
+
+
+SEQ2SEQ = {"model": _tiny_encoder_decoder(), "tokenizer": toolkit.seq2seq.NumberTokenizer()}
 
 # (builder, its other arguments, a function it calls, where the toolkit defines it)
 CASES = [
@@ -78,6 +89,8 @@ CASES = [
      toolkit.generate),
     (G.side_by_side_generation, {"models": None, "tokenizer": ByteTokenizer(),
                                  "max_new_tokens": 4}, "generate", toolkit.generate),
+    (S.cross_attention_explorer, SEQ2SEQ, "greedy_decode", toolkit.seq2seq),
+    (S.beam_explorer, SEQ2SEQ, "beam_search_one", toolkit.seq2seq),
 ]
 IDS = [builder.__name__ for builder, *_ in CASES]
 

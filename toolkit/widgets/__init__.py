@@ -14,6 +14,8 @@
   RWKV decay per channel, decoding cost per token;
 * :mod:`toolkit.widgets.generation` (07): loss curves, sampling playground, two models
   side by side;
+* :mod:`toolkit.widgets.seq2seq` (08): cross-attention over the input per decoded token,
+  beam search step by step;
 * :mod:`toolkit.widgets.display`: how they all draw (PNG via Agg) and redraw
   (:func:`~toolkit.widgets.display.live_figure`).
 
@@ -65,4 +67,5 @@ BUILDERS = {
         "decoding_cost_explorer",
     ),
     "generation": ("sampling_playground", "side_by_side_generation"),
+    "seq2seq": ("cross_attention_explorer", "beam_explorer"),
 }
