@@ -144,6 +144,16 @@ PARTS = {
                 ("toolkit.train.loop", "toolkit.train.checkpoint", "toolkit.train.cli"),
                 ("07-capstone",), handed_in=(("07-capstone", "test_checkpoint"),)),
     ),
+    "08-encoder-decoder": (
+        Concept("The T5-style encoder-decoder: attention with self- and cross-attention "
+                "caches, the model, teacher forcing, cached greedy and beam search",
+                ("toolkit.seq2seq.config", "toolkit.seq2seq.attention", "toolkit.seq2seq.cache",
+                 "toolkit.seq2seq.model", "toolkit.seq2seq.decoding"), ("08-encoder-decoder",),
+                ("cross_attention_explorer", "beam_explorer")),
+        Concept("Text-to-text training: number words and digits behind task prefixes",
+                ("toolkit.seq2seq.numbers", "toolkit.seq2seq.training"), ("08-encoder-decoder",),
+                handed_in=(("08-encoder-decoder", "test_checkpoint"),)),
+    ),
 }
 CONCEPTS = tuple(concept for concepts in PARTS.values() for concept in concepts)
 
