@@ -54,7 +54,7 @@ export class Checker {
       const retry = error instanceof RequestError ? error.retryAfter : null;
       const retryAt = retry === null ? undefined : Date.now() + retry * 1000;
       this._changed.emit({ path, state: 'failed', error: message, retryAt });
-      Notification.error(`Check my work: ${message}${retryText(retryAt)}`, {
+      Notification.error(`Check my work: ${withRetry(message, retryAt)}`, {
         autoClose: 10000
       });
       return null;
@@ -102,15 +102,20 @@ export function format(points: number | null | undefined): string {
   return Number.isInteger(points) ? String(points) : points.toFixed(2).replace(/0$/, '');
 }
 
-/** " Try again in 5 s (at 10:42:07)." for a refusal that says when; else "". */
+/** ". You can check again at 10:42:07." for a refusal that says when (". ... now." once
+ *  that time has passed); "" when it does not say. Appended to a message. */
 export function retryText(retryAt: number | undefined, now = Date.now()): string {
   if (retryAt === undefined) {
     return '';
   }
-  const seconds = Math.max(0, Math.ceil((retryAt - now) / 1000));
-  if (seconds === 0) {
-    return ' You can check again now.';
+  if (retryAt <= now) {
+    return '. You can check again now.';
   }
-  const at = new Date(retryAt).toLocaleTimeString();
-  return ` Try again in ${seconds} s (at ${at}).`;
+  return `. You can check again at ${new Date(retryAt).toLocaleTimeString()}.`;
+}
+
+/** ``message`` and what ``retryText`` adds, as one sentence. */
+export function withRetry(message: string, retryAt: number | undefined): string {
+  const text = retryText(retryAt);
+  return text ? message.replace(/[.\s]+$/, '') + text : message;
 }

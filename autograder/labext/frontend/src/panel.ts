@@ -18,7 +18,7 @@ import {
   openAssignment,
   RequestError
 } from './api';
-import { Checker, format, ICheckEvent, retryText } from './checker';
+import { Checker, format, ICheckEvent, withRetry } from './checker';
 import { checkIcon, courseIcon } from './icons';
 import { revealExercise } from './reveal';
 
@@ -212,7 +212,7 @@ export class CoursePanel extends Widget {
     }
     const failure = this.failures.get(a.name);
     if (failure) {
-      box.append(el('div', 'tc-problem', failure.message + retryText(failure.retryAt)));
+      box.append(el('div', 'tc-problem', withRetry(failure.message, failure.retryAt)));
     }
     if (!open) {
       box.append(this.renderSummary(a));

@@ -78,7 +78,8 @@ async function confirmSubmit(assignment: string): Promise<boolean> {
     buttons: [
       Dialog.cancelButton({ label: 'Keep working' }),
       Dialog.warnButton({ label: 'Submit anyway' })
-    ]
+    ],
+    defaultButton: 0 // Enter keeps working
   });
   return answer.button.accept;
 }
