@@ -126,13 +126,22 @@ def lab_server_config():
 
 
 @pytest.fixture(scope="module")
-def lab_server(tmp_path_factory, lab_server_config):
+def lab_root_before_start():
+    """Called with the server's root folder before the server starts (a module overrides
+    it to lay out what the server reads only at start, such as nbgrader_config.py)."""
+    return None
+
+
+@pytest.fixture(scope="module")
+def lab_server(tmp_path_factory, lab_server_config, lab_root_before_start):
     """A JupyterLab server on 127.0.0.1 with private config/data/runtime dirs."""
     base = tmp_path_factory.mktemp("jupyterlab")
     root = base / "root"
     config_dir, data_dir, runtime_dir = base / "config", base / "data", base / "runtime"
     for d in (root, config_dir, data_dir, runtime_dir, base / "ipython", base / "mpl"):
         d.mkdir()
+    if lab_root_before_start is not None:
+        lab_root_before_start(root)
     settings = config_dir / "lab" / "user-settings" / "@jupyterlab"
     # Attach every cell (so off-screen widget views render), start the notebook's kernel
     # without asking, and never fetch news.
