@@ -91,6 +91,29 @@ def _active_cell(page) -> dict:
     }""")
 
 
+def _layout(page) -> dict:
+    """How far the panel's content runs past its width (px), and the contrast ratio of the
+    error box's text on its background (WCAG: 4.5 or more reads well)."""
+    return page.evaluate("""(panel) => {
+        const node = document.querySelector(panel);
+        const box = node.querySelector('.tc-problem');
+        // rgb(r, g, b) in 0..255, or color(srgb r g b) in 0..1 (what color-mix gives)
+        const rgb = c => c.match(/[\\d.]+/g).slice(0, 3).map(Number)
+            .map(v => c.startsWith('color(') ? v * 255 : v);
+        const lum = c => { const [r, g, b] = rgb(c).map(v => { v /= 255;
+            return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
+            return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+        let contrast = null;
+        if (box) {
+            const style = getComputedStyle(box);
+            const [a, b] = [lum(style.color), lum(style.backgroundColor)];
+            contrast = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+        }
+        return {overflow: node.scrollWidth - node.clientWidth, width: node.clientWidth,
+                contrast};
+    }""", PANEL)
+
+
 def test_open_write_check_submit_collect_and_fetch_feedback(chromium, lab_server, workspace,
                                                             tmp_path):
     course, solved = workspace
@@ -189,6 +212,20 @@ def test_open_write_check_submit_collect_and_fetch_feedback(chromium, lab_server
                                                     has_text="Open").is_enabled()
         assert "Check my work" in check.inner_text()
         shot("3-panel-after-cooldown", page.locator(PANEL))
+        # At the default side bar width nothing runs off to the side, in either theme, and
+        # the error box's text stays readable.
+        assert _layout(page)["overflow"] <= 1, _layout(page)
+        assert _layout(page)["contrast"] >= 4.5, _layout(page)
+        _menu(page, "Settings", "Theme", "JupyterLab Dark")
+        page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'",
+                               timeout=60_000)
+        page.wait_for_timeout(500)
+        assert _layout(page)["overflow"] <= 1 and _layout(page)["contrast"] >= 4.5, \
+            _layout(page)
+        shot("3-panel-after-cooldown-dark", page.locator(PANEL))
+        _menu(page, "Settings", "Theme", "JupyterLab Light")
+        page.wait_for_function("() => document.body.dataset.jpThemeLight === 'true'",
+                               timeout=60_000)
 
         # 5. Submit from the Assignment List: written and checked, so no question.
         page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="Assignments").first.click()
