@@ -202,7 +202,6 @@ export class CoursePanel extends Widget {
     if (meta) {
       box.append(el('div', 'tc-meta', meta));
     }
-    const path = a.notebooks[0]?.path ?? null;
     const running = this.checker.running;
     const checking = running !== null && a.notebooks.some(n => n.path === running);
     if (checking) {
@@ -218,7 +217,8 @@ export class CoursePanel extends Widget {
       box.append(this.renderSummary(a));
       return box;
     }
-    if (a.released && path) {
+    if (a.released) {
+      // (no path yet in a student's lab: Open fetches the assignment first)
       const actions = el('div', 'tc-actions');
       const openButton = el('button', 'tc-button', 'Open');
       openButton.title = 'Open your copy (the one the Assignment List submits)';
