@@ -120,10 +120,10 @@ def request(where: str, method: str, url: str, body: bytes | None = None,
         status, data = response.status, response.read()
     except TimeoutError:
         raise CheckRefused(504, f"the check service gave no answer within {timeout:.0f} s; "
-                                "try again, and tell your instructor if it happens again"
-                           ) from None
+                                "try again, and tell your instructor if it happens again",
+                           SERVICE_RETRY_SECONDS) from None
     except OSError:  # no socket, nobody listening, no permission, connection dropped
-        raise CheckRefused(503, NOT_RUNNING.format(where=where)) from None
+        raise CheckRefused(503, NOT_RUNNING.format(where=where), SERVICE_RETRY_SECONDS) from None
     finally:
         connection.close()
     try:

@@ -215,6 +215,7 @@ async def test_second_request_while_checking_is_already_checking(check, save, no
         await asyncio.sleep(0.05)
     status, answer = await check(save(notebooks["stub"], "other.ipynb"))
     assert status == 409 and "already checking" in answer["message"], answer
+    assert answer["retry_after"] > 0  # the panel says when to try again
     status, answer = await first
     assert status == 200 and answer["score"] == 11.0, answer
 
