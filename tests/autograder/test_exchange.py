@@ -81,6 +81,8 @@ def test_fetch_submit_collect_grade_and_formgrader_autograde(tiny_course, tmp_pa
     _nbgrader("fetch_feedback", NAME, cwd=home, course=course)
     (page,) = (home / NAME / "feedback").glob("*/tiny.html")
     assert "Your results" in page.read_text()
+    # The heading prints points as the summary does: "2 / 3", not nbgrader's "2.0 / 3.0".
+    assert "(Score: 2 / 3)</h4>" in page.read_text()
 
 
 def test_an_exchange_outside_a_private_workspace(tmp_path):
