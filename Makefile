@@ -76,13 +76,24 @@ test-retrain: $(STAMP) $(LABEXT)
 test-fast: $(STAMP) $(LABEXT)
 	$(PY) -m pytest -q -m "not slow" -n 2
 
+# Two labs: `make lab` is the instructor's (the workspace: sources, gradebook, formgrader);
+# `make lab LAB=student` a student's (course-student/: lectures and the assignments the
+# student fetches, submits and gets feedback for; no sources, gradebook or other students).
+LAB ?= instructor
 lab: $(STAMP) $(LABEXT)
 	$(VENV)/bin/autograder init
 	$(VENV)/bin/autograder release --all
+ifeq ($(LAB),student)
+	$(PY) -m autograder.student_lab course-student
+	@echo "The student's lab: course-student/ (the Course panel's Open fetches each assignment)"
+	cd course-student && JUPYTER_CONFIG_PATH="$(CURDIR)/course-student/.lab$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	  "$(CURDIR)/$(VENV)/bin/jupyter" lab
+else
 	@echo "Student notebooks: course-workspace/release/<assignment>/, lectures: course-workspace/lectures/"
 	@# Rooted in the workspace, where nbgrader finds nbgrader_config.py: formgrader, the
 	@# assignment list and the exchange all work from there.
 	cd course-workspace && "$(CURDIR)/$(VENV)/bin/jupyter" lab
+endif
 
 lint: $(STAMP)
 	$(PY) -m ruff check toolkit autograder tests benchmarks

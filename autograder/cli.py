@@ -34,7 +34,7 @@ def cmd_init(args) -> int:
     print(f"Assignments: {', '.join(available_assignments(course.assignments_dir)) or 'none'}")
     if outline.lectures:
         print(f"Lectures: {len(outline.lectures)} in {course.path('lectures')}")
-    print(f"Next: autograder release NAME --course {course.root}")
+    print(f"Next: {course.command('release NAME')}")
     return 0
 
 
@@ -81,7 +81,7 @@ def cmd_release(args) -> int:
     course.build_lectures()
     if released and not args.no_exchange:
         print(f"Students can fetch {'them' if len(released) > 1 else 'it'} from the exchange "
-              f"({course.exchange}); afterwards: autograder collect NAME")
+              f"({course.exchange}); afterwards: {course.command('collect NAME')}")
     return 0
 
 
@@ -89,7 +89,7 @@ def cmd_collect(args) -> int:
     course = _course(args)
     students = course.collect(args.name)
     print(f"Collected {args.name}: {len(students)} submission(s) in {course.path('submitted')}")
-    print(f"Next: autograder grade {args.name}")
+    print(f"Next: {course.command(f'grade {args.name}')}")
     return 0
 
 
@@ -111,7 +111,7 @@ def cmd_grade(args) -> int:
         f"Graded {len(result['graded'])}, already graded {len(result['skipped'])} "
         f"(use --force to grade again). Isolation: {result['isolation']}"
     )
-    print(f"Next: autograder report {args.name}")
+    print(f"Next: {course.command(f'report {args.name}')}")
     return 0
 
 
@@ -161,6 +161,14 @@ def cmd_feedback(args) -> int:
             f"nbgrader generate_feedback failed:\n{result.get('error') or result.get('log')}"
         )
     print(f"Feedback written under {course.path('feedback')}")
+    if args.no_release:
+        print(f"Not released: `{course.command(f'feedback {args.name}')}` without "
+              "--no-release hands it to the students")
+        return 0
+    students = course.release_feedback(args.name)
+    print(f"Feedback released to the exchange ({course.exchange}) for {len(students)} "
+          f"student(s): each gets it with \"Fetch Feedback\" in the Assignment List, or "
+          f"`nbgrader fetch_feedback {args.name}`")
     return 0
 
 
@@ -284,8 +292,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--canvas-key", choices=["sis_login_id", "sis_user_id", "id"],
                    default="sis_login_id",
                    help="Canvas column that holds the nbgrader student id (default: SIS Login ID)")
-    p = add("feedback", cmd_feedback, "HTML feedback for every graded student (nbgrader)")
+    p = add("feedback", cmd_feedback, "HTML feedback for every graded student (nbgrader), "
+            "released to the exchange for the students to fetch")
     p.add_argument("name", help="the assignment to write feedback for")
+    p.add_argument("--no-release", action="store_true",
+                   help="write the feedback only; students fetch nothing until it is released")
     p = add("validate", cmd_validate,
             "on a throwaway course: reference full marks, stub and constant answers zero, "
             "every named mutant caught")

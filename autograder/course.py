@@ -262,6 +262,26 @@ class Course:
         self._nbgrader_exchange(api, "Collect", name, update=True)
         return self.students_with_submissions(name)
 
+    def release_feedback(self, name: str) -> list[str]:
+        """Hand the feedback written under ``feedback/`` to the exchange, where each student's
+        "Fetch Feedback" (``nbgrader fetch_feedback``) finds the pages of their own
+        submission; returns the students whose feedback was released."""
+        self.require_released(name)
+        written = sorted(p.parent.name for p in self.path("feedback").glob(f"*/{name}")
+                         if p.is_dir())
+        # nbgrader files feedback under a secret its Submit wrote beside the submission:
+        # work placed in submitted/ by hand (not through the exchange) has none to match.
+        by_exchange = [s for s in written
+                       if (self.path("feedback", s, name) / "submission_secret.txt").is_file()]
+        if by_exchange:
+            from nbgrader.utils import temp_attrs
+
+            api = self.nbgrader_api()
+            others = ",".join(s for s in written if s not in by_exchange)
+            with temp_attrs(api.coursedir, student_id_exclude=others):
+                self._nbgrader_exchange(api, "ReleaseFeedback", name)
+        return by_exchange
+
     def _nbgrader_exchange(self, api, action: str, name: str, **options) -> None:
         from nbgrader.utils import capture_log, temp_attrs
 

@@ -44,6 +44,8 @@ GENERATE_FEEDBACK_PREPROCESSORS = [
     "autograder.feedback.CourseFeedback",
 ]
 
+MATHML_NAMESPACE = "http://www.w3.org/1998/Math/MathML"
+
 # Fenced code, inline code, display maths, inline maths (an unescaped $ not followed by a
 # space, closing on a $ not preceded by one): code is matched first and left alone.
 _SEGMENTS = re.compile(
@@ -70,6 +72,9 @@ def maths_to_mathml(markdown: str) -> str:
             mathml = latex_to_mathml(latex.strip(), display="block" if display else "inline")
         except Exception:  # noqa: BLE001 - any unreadable formula is shown as written
             return f"<code>{html.escape(match.group(0))}</code>"
+        # HTML knows <math> without its XML namespace; with it, nbconvert's heading anchors
+        # (which parse and re-serialise a heading) write ns0:math, which no browser draws.
+        mathml = mathml.replace(f' xmlns="{MATHML_NAMESPACE}"', "")
         return f"\n\n{mathml}\n\n" if display else mathml
 
     return _SEGMENTS.sub(replace, markdown)

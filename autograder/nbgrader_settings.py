@@ -8,12 +8,16 @@ come from :func:`settings`, so the two can never disagree.
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 from .feedback import FEEDBACK_EXPORTER, GENERATE_FEEDBACK_PREPROCESSORS
 from .formgrader_bridge import AUTOGRADE_PREPROCESSORS
 from .release_steps import GENERATE_ASSIGNMENT_PREPROCESSORS
 
 COURSE_ID = "transformers-course"
+#: A template base dir whose classic/mathjax.html.j2 (nbconvert's ``mathjax`` macro, found
+#: before base/'s) has formgrader load MathJax from the server itself.
+FORMGRADER_MATHS = Path(__file__).resolve().parent / "templates" / "formgrader-maths"
 HEADER = ("# nbgrader configuration for this course workspace (written by `autograder init`).\n"
           "c = get_config()  # noqa: F821\n")
 
@@ -42,7 +46,17 @@ def settings(course) -> list[tuple[str, str, object]]:
          "maths offline (autograder.feedback).", "GenerateFeedback.exporter_class",
          FEEDBACK_EXPORTER),
         ("", "GenerateFeedback.preprocessors", GENERATE_FEEDBACK_PREPROCESSORS),
+        ("Formgrader's pages draw maths with the MathJax this Jupyter server serves "
+         "(jupyter-server-mathjax), not one from the network.",
+         "HTMLExporter.extra_template_basedirs", [str(FORMGRADER_MATHS), _formgrader_templates()]),
     ]
+
+
+def _formgrader_templates() -> str:
+    """Formgrader's own templates, which it lists as its only base dir (kept after ours)."""
+    import nbgrader
+
+    return str(Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates")
 
 
 def config_file(course) -> str:

@@ -16,6 +16,11 @@ import re
 
 from .jobs import CheckRecord
 
+#: Every score is rounded to this many decimals where it is computed, so the Course panel,
+#: ``autograder report``, the feedback page and formgrader (which shows two) all print the
+#: same digits: 4.29, never 4.2946 in one place and 4.29 in another.
+POINT_DECIMALS = 2
+
 
 def score_cells(
     points: dict[str, float], checks: list[CheckRecord], diagnoses: list[dict] = (),
@@ -34,7 +39,7 @@ def score_cells(
         # value check: names, shapes and invariances alone are not an implementation.
         values_ok = values_pass(mine)
         passed = sum(c.weight for c in mine if c.passed and (values_ok or not gated(c)))
-        score = round(max_score * passed / total, 4) if total else 0.0
+        score = round(max_score * passed / total, POINT_DECIMALS) if total else 0.0
         table[grade_id] = {
             "score": score,
             "max_score": float(max_score),
@@ -57,12 +62,49 @@ def failing_callees(grade_id: str, table: dict, uses: dict) -> list[dict]:
     if entry["score"] >= entry["max_score"]:
         return []
     named = {d.get("owner") for d in entry["diagnoses"]}
-    return [
-        {"grade_cell": callee, "names": names, "attempted": table[callee]["attempted"]}
-        for callee, names in uses.get(grade_id, {}).items()
-        if callee in table and callee not in named
-        and table[callee]["score"] < table[callee]["max_score"]
-    ]
+    failing = [callee for callee in uses.get(grade_id, {})
+               if callee in table and callee != grade_id
+               and table[callee]["score"] < table[callee]["max_score"]]
+    # One root cause: a callee that fails only for something a diagnosis here names is
+    # left to it; one that fails because of an exercise it calls in turn sends the student
+    # to that one (the earliest failing exercise down the chain), named once.
+    roots: dict[str, list[str]] = {}
+    for callee in failing:
+        if callee in named or _causes(callee, table, uses, {grade_id}) & named:
+            continue
+        for root, names in _roots(callee, uses[grade_id][callee], table, uses, {grade_id}):
+            if root not in named:
+                roots.setdefault(root, [])
+                roots[root] += [n for n in names if n not in roots[root]]
+    return [{"grade_cell": root, "names": names, "attempted": table[root]["attempted"]}
+            for root, names in roots.items()]
+
+
+def _failing(grade_id: str, table: dict) -> bool:
+    return table[grade_id]["score"] < table[grade_id]["max_score"]
+
+
+def _roots(callee: str, names: list[str], table: dict, uses: dict,
+           seen: set[str]) -> list[tuple[str, list[str]]]:
+    """``[(exercise, functions)]`` at the bottom of ``callee``'s failure: ``callee`` itself
+    (reached through ``names``) unless it calls failing earlier exercises, then theirs."""
+    seen = seen | {callee}
+    deeper = [(c, n) for c, n in uses.get(callee, {}).items()
+              if c in table and c not in seen and _failing(c, table)]
+    if not deeper:
+        return [(callee, names)]
+    return [root for c, n in deeper for root in _roots(c, n, table, uses, seen)]
+
+
+def _causes(grade_id: str, table: dict, uses: dict, seen: set[str]) -> set[str]:
+    """The exercises that ``grade_id``'s failure is put down to: its diagnoses' owners and
+    its failing callees, and theirs in turn."""
+    seen = seen | {grade_id}
+    causes = {d.get("owner") for d in table[grade_id]["diagnoses"]} - {grade_id, None}
+    for callee in uses.get(grade_id, {}):
+        if callee in table and callee not in seen and _failing(callee, table):
+            causes |= {callee} | _causes(callee, table, uses, seen)
+    return causes
 
 
 def upstream_message(callees: list[dict]) -> str:

@@ -80,3 +80,60 @@ packages = ["autograder", "autograder.labext"]
 [tool.setuptools.data-files]
 {data_files}
 """
+
+
+# -- a student's lab on the course's own machine (`make lab LAB=student`) -----------------
+#: Where `make lab LAB=student` lays out the student's lab, beside the course workspace.
+STUDENT_FOLDER = PROJECT / "course-student"
+#: nbgrader's screens a student has no use for: formgrader, and the instructor's tools.
+INSTRUCTOR_ONLY = {
+    "server": ["nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list"],
+    "lab": ["@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+            "@jupyter/nbgrader:course-list"],
+}
+
+
+def prepare_student_folder(course, folder: Path = STUDENT_FOLDER) -> Path:
+    """A folder for a JupyterLab that shows what a student sees, and no more.
+
+    The instructor's lab is rooted in the course workspace, whose file browser holds the
+    answer key (``source/``), the gradebook and every student's work. This folder holds
+    the lectures (copied once, then the student's own), and receives each assignment where
+    nbgrader's Fetch (or the Course panel's Open) puts it; Submit and Fetch Feedback go
+    through the course's exchange. Its ``.lab/`` (hidden in the file browser, put on
+    ``JUPYTER_CONFIG_PATH`` by ``make lab LAB=student``) points the Course panel at the
+    workspace for checks and switches formgrader off. Returns the folder."""
+    folder = Path(folder)
+    (folder / "lectures").mkdir(parents=True, exist_ok=True)
+    for lecture in sorted(course.path("lectures").glob("*.ipynb")):
+        if not (folder / "lectures" / lecture.name).exists():  # never over the student's notes
+            shutil.copyfile(lecture, folder / "lectures" / lecture.name)
+    if (course.root / "README.md").is_file() and not (folder / "README.md").exists():
+        shutil.copyfile(course.root / "README.md", folder / "README.md")
+    from .nbgrader_settings import COURSE_ID
+
+    (folder / "nbgrader_config.py").write_text(
+        "# A student's nbgrader settings (written by `make lab LAB=student`): where to fetch\n"
+        "# and submit. Nothing here leads to the gradebook or the course's sources.\n"
+        "c = get_config()  # noqa: F821\n"
+        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
+        f"c.Exchange.root = {str(course.exchange)!r}\n"
+        f"c.Exchange.cache = {str(folder / '.lab' / 'nbgrader-cache')!r}\n")
+    config = folder / ".lab"
+    (config / "labconfig").mkdir(parents=True, exist_ok=True)
+    (config / "jupyter_server_config.json").write_text(json.dumps({
+        "CourseLab": {"course_dir": str(course.root)},
+        "ServerApp": {"jpserver_extensions": {name: False for name in INSTRUCTOR_ONLY["server"]}},
+    }, indent=1))
+    (config / "labconfig" / "page_config.json").write_text(json.dumps(
+        {"disabledExtensions": {name: True for name in INSTRUCTOR_ONLY["lab"]}}, indent=1))
+    return folder
+
+
+if __name__ == "__main__":  # make lab LAB=student
+    import sys
+
+    from .course import Course
+
+    print(prepare_student_folder(Course(), Path(sys.argv[1]) if len(sys.argv) > 1
+                                 else STUDENT_FOLDER))

@@ -17,11 +17,20 @@ LABEXTENSION_NAME = "transformers-course-lab"
 
 
 class CheckRefused(Exception):
-    """A request the service will not run; ``status`` is the HTTP status to answer."""
+    """A request the service will not run; ``status`` is the HTTP status to answer,
+    ``retry_after`` (seconds, when known) how soon asking again can succeed."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, retry_after: float | None = None):
         super().__init__(message)
         self.status = status
+        self.retry_after = retry_after
+
+    def body(self) -> dict:
+        """The JSON answer: ``{"message", "retry_after"?}`` (the panel says when to retry)."""
+        body: dict = {"message": str(self)}
+        if self.retry_after is not None:
+            body["retry_after"] = max(1, round(self.retry_after))
+        return body
 
 
 def _jupyter_labextension_paths():

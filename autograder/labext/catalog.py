@@ -32,6 +32,16 @@ def _under(path: Path, root_dir: Path) -> str | None:
     return path.relative_to(root_dir).as_posix() if path.is_relative_to(root_dir) else None
 
 
+def _material(path: Path, root_dir: Path, folder: str = "") -> str | None:
+    """A lecture or the README: the workspace's copy when the server's root holds it (the
+    instructor's lab), else the one copied into the root (a student's lab,
+    :func:`autograder.student_lab.prepare_student_folder`), else None."""
+    if path.is_file() and _under(path, root_dir):
+        return _under(path, root_dir)
+    copy = root_dir / folder / path.name
+    return _under(copy, root_dir) if copy.is_file() else None
+
+
 def released_exercises(course: Course, assignment: str, notebook_id: str) -> list[dict] | None:
     """Grade cells of the released notebook, in order: name, title (the heading above),
     kind (``auto`` or ``manual``), points. None when it has not been released."""
@@ -95,12 +105,11 @@ def course_view(course: Course, root_dir: Path, latest: dict) -> dict:
     for lecture in outline.lectures:
         built = course.root / "lectures" / f"{lecture.stem}.ipynb"
         lectures.append({"title": lecture.title, "assignment": lecture.assignment,
-                         "path": _under(built, root_dir) if built.is_file() else None})
-    readme = course.root / "README.md"
+                         "path": _material(built, root_dir, "lectures")})
     view = {
         "title": outline.title,
         "problem": None,
-        "readme": _under(readme, root_dir) if readme.is_file() else None,
+        "readme": _material(course.root / "README.md", root_dir),
         "lectures": lectures,
         "assignments": [],
     }

@@ -139,7 +139,7 @@ def make_app(lab, hub: HubTokens | None = None):
             try:
                 user = await self.caller()
             except CheckRefused as exc:
-                return self.answer(exc.status, {"message": str(exc)})
+                return self.answer(exc.status, exc.body())
             self.answer(200, await lab.course_view(user))
 
     class CheckRoute(Route):
@@ -149,12 +149,12 @@ def make_app(lab, hub: HubTokens | None = None):
                 user = await self.caller()
             except CheckRefused as exc:
                 _log(f"? {path}: refused ({exc.status}): {exc}")
-                return self.answer(exc.status, {"message": str(exc)})
+                return self.answer(exc.status, exc.body())
             try:
                 view = await lab.check_upload(user, path, self.request.body)
             except CheckRefused as exc:
                 _log(f"{user} {path}: refused ({exc.status}): {exc}")
-                return self.answer(exc.status, {"message": str(exc)})
+                return self.answer(exc.status, exc.body())
             took = "cached" if view.get("cached") else f"{view.get('seconds') or 0:.1f} s"
             _log(f"{user} {path}: {view['score']:g} / {view['max_score']:g} ({took})")
             self.answer(200, view)
@@ -166,7 +166,7 @@ def make_app(lab, hub: HubTokens | None = None):
                 text = await asyncio.to_thread(material, lab.course(),
                                                self.get_query_argument("path", ""))
             except CheckRefused as exc:
-                return self.answer(exc.status, {"message": str(exc)})
+                return self.answer(exc.status, exc.body())
             self.answer(200, {"text": text})
 
     # Tornado's own access log is off: each check gets the service's one line instead.

@@ -39,6 +39,12 @@ _REPEATS = re.compile(r"…(?:\s*[,x×]\s*…)+")
 # Not a call's arguments (kv_cache_bytes(80, 8)): those are a check's inputs.
 _SHAPE = re.compile(r"(?<![\w\])])\((?:(?:\s*\d+\s*,)+(?:\s*\d+\s*)?|\s*)\)")
 _KEPT = "\ue000"  # stands in for a kept shape while the rest is scrubbed
+# Part of a formula an author wrote, not a value: an axis (``dim=-1``, ``q.size(-1)``,
+# ``.transpose(-2, -1)``) or a reciprocal (``1/sqrt(d_k)``). Kept as written.
+_FORMULA = re.compile(r"\bdim\s*=\s*-?\d\b|\.\w+\(\s*-\d(?:\s*,\s*-\d)*\s*\)"
+                      r"|(?<![\w.])1/(?=[A-Za-z(])")
+# What scrubbing leaves of a label and its value, "(largest difference …)": says nothing.
+_EMPTY_ASIDE = re.compile(r"\s+\([A-Za-z][A-Za-z _-]*\s…\)")
 MAX_TEXT = 300
 INTERNAL_ERROR = ("the checks could not finish for this notebook; your notebook may be "
                   "fine: try again, and tell your instructor if it happens again")
@@ -50,11 +56,13 @@ def scrub(text: str, keep_shapes: bool = True) -> str:
     line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
     line = _QUOTED.sub("…", line)
     shapes: list[str] = []
-    if keep_shapes:
-        line = _SHAPE.sub(lambda m: shapes.append(m[0]) or _KEPT, line.replace(_KEPT, ""))
+    kept_parts = _FORMULA if not keep_shapes else re.compile(
+        f"{_FORMULA.pattern}|{_SHAPE.pattern}")
+    line = kept_parts.sub(lambda m: shapes.append(m[0]) or _KEPT, line.replace(_KEPT, ""))
     line = _RANGE.sub("…", line)
     line = _NUMBER.sub("…", line)
     line = _REPEATS.sub("…", line)
+    line = _EMPTY_ASIDE.sub("", line)
     kept = iter(shapes)
     line = re.sub(_KEPT, lambda _: next(kept), line)
     return _clip(line)
@@ -168,9 +176,15 @@ def restrict(checks: list[dict], visibility: str) -> list[dict]:
     return checks
 
 
+#: Under a written answer left as released: no check grades it, so it never "fails".
+UNANSWERED = "not written yet: write your answer in its cell; a person grades it after you submit"
+
+
 def exercise_status(score: float | None, max_score: float, *, manual=False, answered=False):
+    """``passing`` or ``failing`` for an exercise the checks grade; ``waiting`` (for a
+    person) for a written answer, written or not (:data:`UNANSWERED` says which)."""
     if manual:
-        return "waiting" if answered else "failing"
+        return "waiting"
     return "passing" if score is not None and score >= max_score else "failing"
 
 
@@ -242,7 +256,8 @@ def student_view(trusted: dict, visibility: str, order: list[str] | None = None)
                 "passed": None,
                 "total": None,
                 "checks": [],
-                "shared_reason": None,
+                "shared_reason": (None if entry["answered"] or visibility != "full"
+                                  else UNANSWERED),
                 "waiting_on_values": 0,
             })
     auto = [e for e in exercises if e["kind"] == "auto"]

@@ -7,6 +7,9 @@ was saved, the way the exchange would take it, and leaves out what a hand-in nev
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import shutil
 from pathlib import Path, PurePosixPath
 
@@ -61,3 +64,126 @@ def stage_submission(notebook: Path, target: Path, notebook_id: str) -> list[str
         total += size
         shutil.copy2(item, target / item.name)
     return notes
+
+
+# -- one copy of the student's work: the one nbgrader's Assignment List fetched -----------
+# The Course panel's "Open" and "Check my work", and nbgrader's Assignment List (Fetch,
+# Submit), all work on the same notebook: ``<assignment>/<notebook>.ipynb`` under the
+# server's root, where nbgrader's fetch puts it. The panel fetches it when it is missing.
+
+#: What nbgrader's release leaves in an answer cell (``ClearSolutions``): a code stub
+#: raising NotImplementedError, or this text in a written answer.
+CODE_STUB = re.compile(r"^[ \t]*raise NotImplementedError\(", re.MULTILINE)
+TEXT_STUB = "YOUR ANSWER HERE"
+_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*$", re.MULTILINE)
+
+
+def fetched_copy(root_dir: Path, assignment: str, notebooks: list[str]) -> dict[str, str]:
+    """``{notebook id: path under root_dir}`` of the fetched copy's notebooks that exist."""
+    found = {}
+    for notebook_id in notebooks:
+        path = root_dir / assignment / f"{notebook_id}.ipynb"
+        if path.is_file():
+            found[notebook_id] = f"{assignment}/{notebook_id}.ipynb"
+    return found
+
+
+def prefer_fetched(view: dict, root_dir: Path) -> dict:
+    """The panel's links point at the fetched copy wherever there is one (``fetched``
+    says so); elsewhere they stay where the course has the notebook until "Open" fetches."""
+    for assignment in view.get("assignments", []):
+        ids = [n.get("id") for n in assignment.get("notebooks", [])]
+        copies = fetched_copy(root_dir, str(assignment.get("name")), [i for i in ids if i])
+        for notebook in assignment.get("notebooks", []):
+            if notebook.get("id") in copies:
+                notebook["path"] = copies[notebook["id"]]
+        assignment["fetched"] = bool(copies)
+    return view
+
+
+def fetch_with_nbgrader(manager, root_dir: Path, assignment: str, log=None) -> str | None:
+    """Fetch ``assignment`` the way nbgrader's Assignment List's "Fetch" does (its own
+    manager, its own configuration) into ``root_dir``; None when done or already
+    fetched, else why not.
+
+    Runs on the server's own thread, as nbgrader's handlers do: its manager changes the
+    process's working folder while it reads its configuration, and fetches into the
+    working folder (nbgrader's ``Exchange.assignment_dir`` is "."), here the server's root.
+    """
+    if manager is None:
+        return "nbgrader's Assignment List is not installed on this server"
+    here = os.getcwd()
+    os.chdir(root_dir)
+    try:
+        return _fetch(manager, assignment, log)
+    finally:
+        os.chdir(here)
+
+
+def _fetch(manager, assignment: str, log) -> str | None:
+    listed = manager.list_released_assignments()
+    if not listed.get("success"):
+        return "nbgrader could not read the exchange"
+    entries = [a for a in listed["value"] if a.get("assignment_id") == assignment]
+    if any(a.get("status") == "fetched" for a in entries):
+        return None
+    released = [a for a in entries if a.get("status") == "released"]
+    if not released:
+        return f"{assignment} is not in the exchange (the instructor released it without it)"
+    done = manager.fetch_assignment(released[0]["course_id"], assignment)
+    if not done.get("success"):
+        if log is not None:
+            log.error("fetching %s failed: %s", assignment, done.get("value"))
+        return "nbgrader's fetch failed (the server's log says why)"
+    return None
+
+
+def unwritten(nb) -> list[str]:
+    """The answers of ``nb`` (a notebook as JSON) still as released: each by the heading
+    above it ("Exercise 1a: attention weights"), else its cell id."""
+    names, heading = [], None
+    for cell in nb.get("cells", []):
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        meta = cell.get("metadata", {}).get("nbgrader") or {}
+        if cell.get("cell_type") == "markdown" and not meta.get("solution"):
+            headings = _HEADING.findall(source)
+            heading = headings[-1].replace("`", "").rstrip(":") if headings else heading
+            continue
+        if not meta.get("solution"):
+            continue
+        stub = (CODE_STUB.search(source) if cell.get("cell_type") == "code"
+                else source.strip() in ("", TEXT_STUB))
+        if stub:
+            name = heading or str(meta.get("grade_id") or "an answer")
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def handin_warnings(root_dir: Path, copies: dict[str, str], last_checked: dict) -> list[str]:
+    """What a student should hear before submitting the fetched copy (``copies``:
+    ``{notebook id: path under root_dir}``): answers not written yet, and a copy older
+    than the one last checked (``last_checked``: ``{notebook id: {"path", "saved_at"}}``,
+    ``saved_at`` a POSIX time)."""
+    warnings = []
+    for notebook_id, rel in sorted(copies.items()):
+        path = root_dir / rel
+        try:
+            nb = json.loads(path.read_text())
+        except (OSError, ValueError):
+            warnings.append(f"{rel} cannot be read: open it, fix it, save it")
+            continue
+        missing = unwritten(nb)
+        if missing:
+            shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more"
+                                              if len(missing) > 4 else "")
+            warnings.append(f"{rel} has {len(missing)} answer(s) not written yet: {shown}")
+        checked = last_checked.get(notebook_id) or {}
+        other, saved_at = checked.get("path"), checked.get("saved_at")
+        if (isinstance(other, str) and other != rel and isinstance(saved_at, (int, float))
+                and saved_at > path.stat().st_mtime):
+            warnings.append(f"you last checked {other}, saved after {rel}: the work you "
+                            f"checked is not the work you would submit (copy it into {rel} "
+                            "first)")
+    return warnings

@@ -42,6 +42,9 @@ from .feedback import student_view
 from .handin import notebook_under, stage_submission
 from .locate import NotAnAssignment, locate, released_cells
 
+#: When to suggest trying again after "already checking" or a check that failed (seconds).
+BUSY_RETRY_SECONDS = 15
+
 
 class CourseLab(LoggingConfigurable):
     course_dir = Unicode(
@@ -107,7 +110,7 @@ class CourseLab(LoggingConfigurable):
         path = notebook_under(self.root_dir, raw_path)
         rel = PurePosixPath(path.relative_to(self.root_dir).as_posix())
         with self._one_at_a_time(user, rel):
-            return await self._check(user, path, rel)
+            return await self._check(user, path, rel, saved_at=path.stat().st_mtime)
 
     async def check_upload(self, user: str, raw_rel, upload: bytes) -> dict:
         """``POST /check`` of ``autograder serve-checks``: a notebook packed by the student's
@@ -129,14 +132,15 @@ class CourseLab(LoggingConfigurable):
     def _one_at_a_time(self, user: str, what: PurePosixPath):
         if user in self._busy:
             raise CheckRefused(409, f"already checking {self._busy[user]}: wait for that "
-                                    "result, then check again")
+                                    "result, then check again", BUSY_RETRY_SECONDS)
         self._busy[user] = str(what)
         try:
             yield
         finally:
             self._busy.pop(user, None)
 
-    async def _check(self, user: str, path: Path, rel: PurePosixPath) -> dict:
+    async def _check(self, user: str, path: Path, rel: PurePosixPath,
+                     saved_at: float | None = None) -> dict:
         course = self._require_course()
         try:
             nb = await asyncio.to_thread(read_notebook, path)
@@ -178,6 +182,7 @@ class CourseLab(LoggingConfigurable):
             checked_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             seconds=trusted.get("seconds"),
             isolation=trusted.get("isolation"),
+            saved_at=saved_at,  # when the checked file was saved (POSIX time; local checks)
         )
         await asyncio.to_thread(self._save_latest, course, user, view)
         return view
@@ -185,8 +190,9 @@ class CourseLab(LoggingConfigurable):
     async def _run(self, user, course, found, staging: Path, spec) -> dict:
         wait = self._last_run.get(user, -1e9) + self.cooldown_seconds - time.monotonic()
         if wait > 0:
-            raise CheckRefused(429, f"you checked a moment ago: wait {wait:.0f} s and check "
-                                    "again (unchanged work is answered at once)")
+            raise CheckRefused(429, f"you checked a moment ago: wait {max(1, round(wait))} s "
+                                    "and check again (unchanged work is answered at once)",
+                               wait)
         self._last_run[user] = time.monotonic()
         pool = self._start_pool(course)
         future = pool.submit(check_notebook, str(course.root), str(course.assignments_dir),
@@ -198,15 +204,27 @@ class CourseLab(LoggingConfigurable):
         except TimeoutError:
             self._stop_pool()
             raise CheckRefused(504, f"the check did not finish within {limit:.0f} s; try "
-                                    "again, and tell your instructor if it happens again"
-                               ) from None
+                                    "again, and tell your instructor if it happens again",
+                               BUSY_RETRY_SECONDS) from None
         except Exception as exc:  # the worker died, or the pipeline itself failed
             self.log.error("check of %s for %s failed: %s", found.assignment, user, exc)
             if type(exc).__name__ == "BrokenProcessPool":
                 self._stop_pool()
             raise CheckRefused(500, "the check could not run (the grader failed, not your "
                                     "notebook); try again, and tell your instructor if it "
-                                    "happens again") from None
+                                    "happens again", BUSY_RETRY_SECONDS) from None
+
+    async def last_checked(self, user: str, assignment: str) -> dict:
+        """``{notebook id: {"path", "saved_at"}}``: what ``user`` checked last of
+        ``assignment`` (the Assignment List's Submit compares it with the fetched copy)."""
+        course = self.course()
+        if course is None:
+            return {}
+        mine = (await asyncio.to_thread(self._latest, course, user)).get(assignment)
+        if not isinstance(mine, dict):
+            return {}
+        return {nb: {"path": v.get("path"), "saved_at": v.get("saved_at")}
+                for nb, v in mine.items() if isinstance(v, dict)}
 
     # -- worker processes -----------------------------------------------------------------
     def start_workers(self, course: Course) -> None:

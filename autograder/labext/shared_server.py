@@ -48,6 +48,8 @@ from .handin import MAX_SIBLING_BYTES, notebook_under, stage_submission
 MAX_UPLOAD_BYTES = (20 + 1) * 2**20 + MAX_SIBLING_BYTES
 #: The folder under a student's server root that receives the lectures and the README.
 MATERIAL = "course"
+#: When to suggest trying again after the service did not answer (seconds).
+SERVICE_RETRY_SECONDS = 60
 NOT_RUNNING = ("the course's check service is not answering on {where}: tell your "
                "instructor (the notebook itself is fine and saved)")
 NO_SERVICE = ("no check service is set for this Jupyter server (c.CheckService.socket or "
@@ -118,10 +120,10 @@ def request(where: str, method: str, url: str, body: bytes | None = None,
         status, data = response.status, response.read()
     except TimeoutError:
         raise CheckRefused(504, f"the check service gave no answer within {timeout:.0f} s; "
-                                "try again, and tell your instructor if it happens again"
-                           ) from None
+                                "try again, and tell your instructor if it happens again",
+                           SERVICE_RETRY_SECONDS) from None
     except OSError:  # no socket, nobody listening, no permission, connection dropped
-        raise CheckRefused(503, NOT_RUNNING.format(where=where)) from None
+        raise CheckRefused(503, NOT_RUNNING.format(where=where), SERVICE_RETRY_SECONDS) from None
     finally:
         connection.close()
     try:
@@ -132,7 +134,9 @@ def request(where: str, method: str, url: str, body: bytes | None = None,
         raise CheckRefused(502, f"the check service on {where} answered {status} without a "
                                 "result: tell your instructor")
     if status >= 400:
-        raise CheckRefused(status, str(answer.get("message") or f"refused ({status})"))
+        retry = answer.get("retry_after")
+        raise CheckRefused(status, str(answer.get("message") or f"refused ({status})"),
+                           retry if isinstance(retry, (int, float)) else None)
     return answer
 
 
@@ -157,6 +161,7 @@ class CheckService(LoggingConfigurable):
         super().__init__(**kwargs)
         self.root_dir = Path(root_dir).resolve()
         self._last_view: dict | None = None
+        self._checked: dict[str, dict] = {}  # assignment -> notebook id -> path, saved_at
 
     @property
     def where(self) -> str:
@@ -181,7 +186,14 @@ class CheckService(LoggingConfigurable):
         url = "/check?" + urllib.parse.urlencode({"path": rel})
         view = await asyncio.to_thread(self._request, "POST", url, data, self.timeout)
         view["notes"] = [*notes, *view.get("notes", [])]
+        if isinstance(view.get("assignment"), str) and isinstance(view.get("notebook"), str):
+            self._checked.setdefault(view["assignment"], {})[view["notebook"]] = {
+                "path": rel, "saved_at": notebook.stat().st_mtime}
         return view
+
+    async def last_checked(self, user: str, assignment: str) -> dict:
+        """What this server checked last of ``assignment`` (see ``CourseLab.last_checked``)."""
+        return dict(self._checked.get(assignment, {}))
 
     async def course_view(self, user: str) -> dict:
         """The Course panel from the service, with its links made this server's: a

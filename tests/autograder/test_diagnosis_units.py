@@ -76,6 +76,15 @@ def test_maths_become_mathml_and_code_is_left_alone():
     assert "```\n$x$\n```" in maths_to_mathml("```\n$x$\n```")
 
 
+def test_maths_in_a_heading_stay_mathml_through_its_anchor():
+    """nbconvert re-serialises a heading to give it an anchor: MathML with its XML namespace
+    came out as ns0:math, which browsers do not draw."""
+    from nbconvert.filters.markdown import markdown2html_mistune
+
+    page = markdown2html_mistune(maths_to_mathml("### Why divide by $\\sqrt{d_k}$?"))
+    assert "<math display=\"inline\"><mrow><msqrt>" in page and "ns0" not in page, page
+
+
 def test_summary_names_parts_and_keeps_points_apart():
     assert part_name(["1. Attention", "Exercise 1a: weights", "Exercise 1b: `sdpa`"]) == (
         "Exercise 1a: weights + Exercise 1b: sdpa")

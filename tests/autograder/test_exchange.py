@@ -7,10 +7,12 @@ plain nbgrader, so it never replaces a sandboxed score by an unsandboxed one.
 """
 
 import getpass
+import io
 import json
 import os
 import subprocess
 import sys
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import nbformat
@@ -66,6 +68,21 @@ def test_fetch_submit_collect_grade_and_formgrader_autograde(tiny_course, tmp_pa
     assert "Hidden checks for `test_softmax`" in json.dumps(test_cell.outputs)
     with course.gradebook() as gb:
         assert gb.find_grade("test_softmax", "tiny", NAME, student).auto_score == 2
+
+    # `autograder feedback` writes the pages and releases them to the exchange, where the
+    # student's Fetch Feedback (nbgrader fetch_feedback) finds the page of their submission.
+    from autograder.cli import main
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["feedback", NAME, "--course", str(course.root)]) == 0
+    assert "Feedback released to the exchange" in out.getvalue() and "1 student(s)" in \
+        out.getvalue(), out.getvalue()
+    _nbgrader("fetch_feedback", NAME, cwd=home, course=course)
+    (page,) = (home / NAME / "feedback").glob("*/tiny.html")
+    assert "Your results" in page.read_text()
+    # The heading prints points as the summary does: "2 / 3", not nbgrader's "2.0 / 3.0".
+    assert "(Score: 2 / 3)</h4>" in page.read_text()
 
 
 def test_an_exchange_outside_a_private_workspace(tmp_path):

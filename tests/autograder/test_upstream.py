@@ -82,6 +82,30 @@ def test_only_a_failing_exercise_with_a_failing_callee_is_sent_upstream():
     assert told["test_block"]["upstream"] == []
 
 
+def test_one_root_cause_per_exercise():
+    """Exercise 4 calls exercise 3's heads, which fail only because exercise 1's weights do:
+    a diagnosis of 4 that names 1, or a failing call of 1 from 4, says it; 3 is not named
+    as well (its own functions pass their checks)."""
+    uses = {"test_heads": {"test_weights": ["attention_weights"]},
+            "test_block": {"test_heads": ["split_heads"], "test_weights": ["attention_weights"]}}
+    points = {"test_weights": 1, "test_heads": 1, "test_block": 1}
+    records = [_record("test_weights", False), _record("test_heads", False),
+               _record("test_block", False)]
+    scale = {"owner": "test_weights", "message": "no 1/sqrt(d_k)", "checks": []}
+    diagnosed = score_cells(points, records, [
+        {**scale, "grade_cell": "test_heads"}, {**scale, "grade_cell": "test_block"}], uses=uses)
+    assert diagnosed["test_block"]["upstream"] == []  # the diagnosis names exercise 1
+    plain = score_cells(points, records, uses=uses)
+    assert plain["test_block"]["upstream"] == [
+        {"grade_cell": "test_weights", "names": ["attention_weights"], "attempted": True}]
+    # Reached only through exercise 3: sent to exercise 1 all the same.
+    through = {**uses, "test_block": {"test_heads": ["MultiHeadAttention"]}}
+    assert score_cells(points, records, uses=through)["test_block"]["upstream"] == [
+        {"grade_cell": "test_weights", "names": ["attention_weights"], "attempted": True}]
+    assert plain["test_heads"]["upstream"] == [
+        {"grade_cell": "test_weights", "names": ["attention_weights"], "attempted": True}]
+
+
 def test_an_exercise_that_only_reaches_an_earlier_stub_was_attempted():
     """A decoder block that is written but calls an unwritten causal_mask fails every check
     on the mask's NotImplementedError: the block is attempted, the mask is not."""

@@ -126,13 +126,22 @@ def lab_server_config():
 
 
 @pytest.fixture(scope="module")
-def lab_server(tmp_path_factory, lab_server_config):
+def lab_root_before_start():
+    """Called with the server's root folder before the server starts (a module overrides
+    it to lay out what the server reads only at start, such as nbgrader_config.py); it may
+    return environment variables for the server (say, JUPYTER_CONFIG_PATH)."""
+    return None
+
+
+@pytest.fixture(scope="module")
+def lab_server(tmp_path_factory, lab_server_config, lab_root_before_start):
     """A JupyterLab server on 127.0.0.1 with private config/data/runtime dirs."""
     base = tmp_path_factory.mktemp("jupyterlab")
     root = base / "root"
     config_dir, data_dir, runtime_dir = base / "config", base / "data", base / "runtime"
     for d in (root, config_dir, data_dir, runtime_dir, base / "ipython", base / "mpl"):
         d.mkdir()
+    extra_env = (lab_root_before_start(root) if lab_root_before_start is not None else None) or {}
     settings = config_dir / "lab" / "user-settings" / "@jupyterlab"
     # Attach every cell (so off-screen widget views render), start the notebook's kernel
     # without asking, and never fetch news.
@@ -153,6 +162,7 @@ def lab_server(tmp_path_factory, lab_server_config):
         MPLCONFIGDIR=str(base / "mpl"),
         PYTHONUNBUFFERED="1",
     )
+    env.update(extra_env)
     port, token = _free_port(), secrets.token_hex(24)
     cmd = [
         sys.executable, "-m", "jupyterlab",

@@ -109,10 +109,11 @@ def test_check_my_work_turns_statuses_from_failing_to_passing(chromium, lab_serv
         _wait_for(page, {name: "failing" for name in AUTO})
         _widen_panel(page)
         stub = _statuses(page)
-        assert stub["families_question"] == "failing", stub  # unanswered
+        # A written answer waits for a person; unanswered, it says so, as exercises do.
+        assert stub["families_question"] == "waiting", stub
         # Each unwritten exercise says so once, naming its functions, not under every check.
         shared = [t.inner_text() for t in page.locator(f"{PANEL} .tc-shared").all()]
-        assert len(shared) == len(AUTO), shared
+        assert len(shared) == len(AUTO) + 1, shared
         assert all(t.startswith("not written yet: ") for t in shared), shared
         assert page.locator(f"{PANEL} .tc-check").count() == 0
         panel.screenshot(path=str(tmp_path / "course-panel-stub.png"))

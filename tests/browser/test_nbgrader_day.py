@@ -31,16 +31,33 @@ GRADED = re.compile("needs manual grading|graded")
 
 
 @pytest.fixture(scope="module")
+def lab_root_before_start():
+    """The workspace exists before the server starts, as with `make lab`: formgrader reads
+    nbgrader_config.py (its page template, MathJax served locally) once, at start."""
+    return _make_workspace
+
+
+@pytest.fixture(scope="module")
 def workspace(lab_server):
+    from autograder.course import Course
+
+    return Course(lab_server.root_dir, lab_server.root_dir.parent / "assignments")
+
+
+def _make_workspace(root):
     from autograder.course import Course
     from autograder.scaffold import new_assignment
 
-    assignments = lab_server.root_dir.parent / "assignments"
+    assignments = root.parent / "assignments"
     new_assignment(NAME, assignments, title="Tiny: softmax")
-    course = Course(lab_server.root_dir, assignments)
+    # A formula for formgrader to draw (offline: MathJax from the server itself).
+    source = assignments / NAME / "tiny.py"
+    source.write_text(source.read_text().replace(
+        "softmax over the last axis.", "softmax over the last axis, "
+        "$\\mathrm{softmax}(x)_i = e^{x_i} / \\sum_j e^{x_j}$.", 1))
+    course = Course(root, assignments)
     course.init()
     course.release(NAME)  # and published to the exchange
-    return course
 
 
 def _cli(*args) -> str:
@@ -73,6 +90,8 @@ def _open_assignment_list(page, lab_server) -> None:
 def test_fetch_submit_collect_grade_and_formgrader(chromium, lab_server, workspace, tmp_path):
     course, student = workspace, getpass.getuser()
     page = chromium.new_page()
+    console: list[str] = []
+    page.on("console", lambda m: console.append(m.text))
     try:
         # The student: fetch, solve, submit, all from the Assignments tab.
         _open_assignment_list(page, lab_server)
@@ -126,6 +145,22 @@ def test_fetch_submit_collect_grade_and_formgrader(chromium, lab_server, workspa
         row.locator(".status", has_text=GRADED).wait_for(timeout=60_000)
         assert row.locator(".score").inner_text() == score
         page.screenshot(path=str(tmp_path / "formgrader-after.png"))
+
+        # Its grading page draws the maths with MathJax from this server, not a CDN.
+        with course.gradebook() as gb:
+            submission = gb.find_submission_notebook("tiny", NAME, student).id
+        page.goto(f"{lab_server.url}/formgrader/submissions/{submission}/"
+                  f"?token={lab_server.token}", wait_until="domcontentloaded", timeout=60_000)
+        try:
+            page.locator(".MathJax").first.wait_for(timeout=60_000)
+        except Exception:
+            page.screenshot(path=str(tmp_path / "formgrader-maths-failure.png"))
+            print("maths:", [line for line in page.content().splitlines() if "athJax" in line],
+                  chromium.blocked, console)
+            raise
+        assert "\\mathrm{softmax}" not in page.inner_text("#notebook")
+        page.screenshot(path=str(tmp_path / "formgrader-maths.png"))
+        print(f"screenshots: {tmp_path}")
         assert not chromium.blocked, f"browser tried to leave loopback: {chromium.blocked}"
     finally:
         page.close()

@@ -30,8 +30,8 @@ import pytest
 
 from autograder.labext import CheckRefused
 from autograder.labext.check_service import unpack
-from autograder.labext.service import CourseLab
-from autograder.labext.shared_server import CheckService, local_paths, pack
+from autograder.labext.service import BUSY_RETRY_SECONDS, CourseLab
+from autograder.labext.shared_server import SERVICE_RETRY_SECONDS, CheckService, local_paths, pack
 
 ASSIGNMENT = "01-attention"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -168,6 +168,8 @@ async def test_a_service_that_is_down_is_named_not_blamed_on_the_notebook(tmp_pa
     assert refused.value.status == 503
     assert "not answering on" in str(refused.value) and "tell your instructor" in str(
         refused.value)
+    # The panel says when to try again: the refusal carries it.
+    assert refused.value.body()["retry_after"] == SERVICE_RETRY_SECONDS
     view = await lab.course_view("student")
     assert "not answering" in view["problem"] and view["assignments"] == []
 
@@ -310,7 +312,7 @@ def test_one_check_at_a_time_per_caller(course, tmp_path):
     lab._busy["student"] = "01-attention/attention.ipynb"
     with pytest.raises(CheckRefused) as refused:
         asyncio.run(lab.check_upload("student", "01-attention/attention.ipynb", b""))
-    assert refused.value.status == 409
+    assert refused.value.status == 409 and refused.value.retry_after == BUSY_RETRY_SECONDS
     with pytest.raises(CheckRefused) as refused:
         asyncio.run(lab.check_upload("other", "../x.ipynb", b""))
     assert refused.value.status == 400

@@ -15,6 +15,7 @@ import nbformat
 import pytest
 from tornado.httpclient import HTTPClientError
 
+from autograder.labext.feedback import _FORMULA
 from autograder.submissions import TAMPER_PATCH
 
 ASSIGNMENT = "01-attention"
@@ -135,7 +136,9 @@ async def test_answers_never_carry_check_source_inputs_or_expected_values(check,
     for answer in answers:
         for exercise in answer["exercises"]:
             for c in exercise["checks"]:
-                assert not re.search(r"\d", c["message"] or ""), c  # no values, no inputs
+                # No values, no inputs: the only digits are an author's axes and reciprocals
+                # (q.size(-1), dim=-1, 1/sqrt(d_k)), which are part of a formula.
+                assert not re.search(r"\d", _FORMULA.sub("", c["message"] or "")), c
                 assert not re.search(r"\[[^\]]*\d", c["name"]), c  # cases numbered, not shown
 
 
@@ -212,6 +215,7 @@ async def test_second_request_while_checking_is_already_checking(check, save, no
         await asyncio.sleep(0.05)
     status, answer = await check(save(notebooks["stub"], "other.ipynb"))
     assert status == 409 and "already checking" in answer["message"], answer
+    assert answer["retry_after"] > 0  # the panel says when to try again
     status, answer = await first
     assert status == 200 and answer["score"] == 11.0, answer
 
@@ -227,11 +231,14 @@ async def test_results_cached_by_content_hash_and_cooldown(check, save, notebook
             cell.outputs = [nbformat.v4.new_output("stream", text="ran\n")]
     status, again = await check(save(nb))
     assert status == 200 and again["cached"], again
-    assert {k: v for k, v in again.items() if k not in ("cached", "checked_at")} == {
-        k: v for k, v in first.items() if k not in ("cached", "checked_at")}
+    when = ("cached", "checked_at", "saved_at")  # when it was saved and checked, not what
+    assert {k: v for k, v in again.items() if k not in when} == {
+        k: v for k, v in first.items() if k not in when}
     nb.cells.append(nbformat.v4.new_code_cell("# a new idea"))
     status, answer = await check(save(nb))
     assert status == 429 and "wait" in answer["message"], answer
+    # The refusal says when to try again, in words and as a number the panel counts down.
+    assert 3500 < answer["retry_after"] <= 3600, answer
 
 
 async def test_checking_records_nothing_in_the_gradebook(check, save, notebooks, course):
@@ -294,3 +301,61 @@ async def test_opening_the_panel_starts_what_the_first_check_uses(check, save, n
     diagnoses = {e["name"]: e["diagnoses"] for e in answer["exercises"]}
     assert any("1/sqrt(d_k)" in d for d in diagnoses["test_attention_weights"]), diagnoses
     assert _pool_helpers() == started
+
+
+async def test_open_fetches_one_copy_and_submit_asks_about_unwritten_or_unchecked_work(
+        check, save, notebooks, course, jp_fetch, jp_serverapp):
+    """The panel's Open fetches the student's copy as nbgrader's Assignment List would
+    (its own manager); the course view then points there; before Submit, the extension
+    names the answers not written and a checked copy newer than the one to submit."""
+    import os
+    import shutil
+
+    from nbgrader.server_extensions.assignment_list.handlers import AssignmentList
+
+    manager = AssignmentList(parent=jp_serverapp)
+    manager.root_dir = str(course.root)
+    jp_serverapp.web_app.settings["assignment_list_manager"] = manager
+    fetched = course.root / ASSIGNMENT / "attention.ipynb"
+
+    async def handin() -> list[str]:
+        answer = await jp_fetch("autograder", "api", "handin", params={"assignment": ASSIGNMENT})
+        return json.loads(answer.body)["warnings"]
+
+    try:
+        opened = json.loads((await jp_fetch(
+            "autograder", "api", "open", method="POST",
+            body=json.dumps({"assignment": ASSIGNMENT}))).body)
+        assert opened["path"] == f"{ASSIGNMENT}/attention.ipynb" and opened["fetched"], opened
+        assert fetched.is_file()
+        here = os.getcwd()
+        os.chdir(course.root)  # nbgrader lists fetched copies from the working folder
+        try:
+            listed = manager.list_released_assignments()["value"]
+        finally:
+            os.chdir(here)
+        assert [a["status"] for a in listed if a["assignment_id"] == ASSIGNMENT] == ["fetched"]
+        view = json.loads((await jp_fetch("autograder", "api", "course")).body)
+        assert view["assignments"][0]["notebooks"][0]["path"] == opened["path"]
+        again = json.loads((await jp_fetch("autograder", "api", "open", method="POST",
+                                           body=json.dumps({"assignment": ASSIGNMENT}))).body)
+        assert again["path"] == opened["path"]  # fetched once, then the same copy
+
+        (unwritten,) = [w for w in await handin() if "not written yet" in w]
+        assert "6 answer(s) not written yet" in unwritten, unwritten
+        assert "Exercise 1a" in unwritten, unwritten
+
+        # Work checked in another copy, saved after the fetched one: say so.
+        os.utime(fetched, (1e9, 1e9))
+        status, _ = await check(save(notebooks["reference"]))
+        assert status == 200
+        (older,) = [w for w in await handin() if "not written yet" not in w]
+        assert "you last checked work/" in older and opened["path"] in older, older
+        # The same work in the fetched copy, checked there: nothing to say.
+        nbformat.write(notebooks["reference"], fetched)
+        status, _ = await check(opened["path"])
+        assert status == 200
+        assert await handin() == []
+    finally:
+        shutil.rmtree(course.root / ASSIGNMENT, ignore_errors=True)
+        jp_serverapp.web_app.settings.pop("assignment_list_manager", None)

@@ -115,7 +115,13 @@ def test_messages_lose_values_inputs_and_student_text():
     assert "3, 1, 4" not in message and "inputs" not in message
     message, hint = student_message({"passed": False, "message":
                                      "out differs (largest difference 0.5). Hint: scale by 1/d"})
-    assert message == "out differs (largest difference …)" and hint == "scale by 1/d"
+    # A label whose value is scrubbed says nothing: it goes, not "(largest difference …)".
+    assert message == "out differs" and hint == "scale by 1/d"
+    # An author's formula is no value: axes and reciprocals stay as written.
+    assert scrub("divide by sqrt(d_k), d_k = q.size(-1), the 1/sqrt(d_k) factor, softmax "
+                 "over dim=-1 of k.transpose(-2, -1)") == (
+        "divide by sqrt(d_k), d_k = q.size(-1), the 1/sqrt(d_k) factor, softmax over dim=-1 "
+        "of k.transpose(-2, -1)")
     message, _ = student_message({"passed": False, "message":
                                   "SubmissionError: ValueError: got tensor([0.1234, 5.6])"})
     assert message == "your code raised ValueError: got tensor([…])"

@@ -72,15 +72,35 @@ export interface ICheckResult {
   seconds: number | null;
 }
 
-/** A refusal from the server: its message says what to do. */
+export interface IOpened {
+  assignment: string;
+  /** The notebook to open and check: the fetched copy where there is one. */
+  path: string;
+  paths: Record<string, string>;
+  fetched: boolean;
+  note: string | null;
+}
+
+export interface IHandin {
+  assignment: string;
+  paths: Record<string, string>;
+  warnings: string[];
+}
+
+/** A refusal from the server: its message says what to do; ``retryAfter`` (seconds),
+ *  when known, how soon asking again can succeed. */
 export class RequestError extends Error {
   constructor(
     message: string,
-    readonly status: number
+    readonly status: number,
+    readonly retryAfter: number | null = null
   ) {
     super(message);
   }
 }
+
+/** Seconds to wait when the server itself did not answer. */
+export const NO_ANSWER_RETRY_SECONDS = 30;
 
 async function request<T>(endpoint: string, init: RequestInit = {}): Promise<T> {
   const settings = ServerConnection.makeSettings();
@@ -89,7 +109,11 @@ async function request<T>(endpoint: string, init: RequestInit = {}): Promise<T> 
   try {
     response = await ServerConnection.makeRequest(url, init, settings);
   } catch (error) {
-    throw new RequestError(`the Jupyter server did not answer (${error})`, 0);
+    throw new RequestError(
+      `the Jupyter server did not answer (${error})`,
+      0,
+      NO_ANSWER_RETRY_SECONDS
+    );
   }
   const text = await response.text();
   let body: any = null;
@@ -100,7 +124,11 @@ async function request<T>(endpoint: string, init: RequestInit = {}): Promise<T> 
   }
   if (!response.ok) {
     const message = body?.message || `${response.status} ${response.statusText}`;
-    throw new RequestError(message, response.status);
+    let retry = typeof body?.retry_after === 'number' ? body.retry_after : null;
+    if (retry === null && response.status >= 502) {
+      retry = NO_ANSWER_RETRY_SECONDS; // a proxy or the server gave up: soon, not now
+    }
+    throw new RequestError(message, response.status, retry);
   }
   return body as T;
 }
@@ -114,4 +142,17 @@ export function checkNotebook(path: string): Promise<ICheckResult> {
     method: 'POST',
     body: JSON.stringify({ path })
   });
+}
+
+/** The student's copy of ``assignment``: nbgrader's fetched one, fetched if missing. */
+export function openAssignment(assignment: string): Promise<IOpened> {
+  return request<IOpened>('open', {
+    method: 'POST',
+    body: JSON.stringify({ assignment })
+  });
+}
+
+/** What to say before nbgrader's Submit sends ``<assignment>/``. */
+export function handinStatus(assignment: string): Promise<IHandin> {
+  return request<IHandin>(`handin?assignment=${encodeURIComponent(assignment)}`);
 }

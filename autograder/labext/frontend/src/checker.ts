@@ -16,6 +16,8 @@ export interface ICheckEvent {
   state: 'checking' | 'done' | 'failed';
   result?: ICheckResult;
   error?: string;
+  /** When a failed check can be tried again (ms since the epoch), when known. */
+  retryAt?: number;
 }
 
 export class Checker {
@@ -41,20 +43,26 @@ export class Checker {
     }
     this._running = path;
     this._changed.emit({ path, state: 'checking' });
+    let result: ICheckResult;
     try {
       await this.saveIfOpen(path);
-      const result = await checkNotebook(path);
-      this._changed.emit({ path, state: 'done', result });
-      this.announce(result);
-      return result;
+      result = await checkNotebook(path);
     } catch (error) {
-      const message = error instanceof RequestError ? error.message : String(error);
-      this._changed.emit({ path, state: 'failed', error: message });
-      Notification.error(`Check my work: ${message}`, { autoClose: 10000 });
-      return null;
-    } finally {
+      // Done before anyone hears of it: whoever listens draws an idle panel and button.
       this._running = null;
+      const message = error instanceof RequestError ? error.message : String(error);
+      const retry = error instanceof RequestError ? error.retryAfter : null;
+      const retryAt = retry === null ? undefined : Date.now() + retry * 1000;
+      this._changed.emit({ path, state: 'failed', error: message, retryAt });
+      Notification.error(`Check my work: ${withRetry(message, retryAt)}`, {
+        autoClose: 10000
+      });
+      return null;
     }
+    this._running = null;
+    this._changed.emit({ path, state: 'done', result });
+    this.announce(result);
+    return result;
   }
 
   private async saveIfOpen(path: string): Promise<void> {
@@ -92,4 +100,22 @@ export function format(points: number | null | undefined): string {
     return '–';
   }
   return Number.isInteger(points) ? String(points) : points.toFixed(2).replace(/0$/, '');
+}
+
+/** ". You can check again at 10:42:07." for a refusal that says when (". ... now." once
+ *  that time has passed); "" when it does not say. Appended to a message. */
+export function retryText(retryAt: number | undefined, now = Date.now()): string {
+  if (retryAt === undefined) {
+    return '';
+  }
+  if (retryAt <= now) {
+    return '. You can check again now.';
+  }
+  return `. You can check again at ${new Date(retryAt).toLocaleTimeString()}.`;
+}
+
+/** ``message`` and what ``retryText`` adds, as one sentence. */
+export function withRetry(message: string, retryAt: number | undefined): string {
+  const text = retryText(retryAt);
+  return text ? message.replace(/[.\s]+$/, '') + text : message;
 }

@@ -15,6 +15,7 @@ import { CheckButtonExtension } from './button';
 import { Checker } from './checker';
 import { checkIcon } from './icons';
 import { CoursePanel } from './panel';
+import { guardSubmit } from './submit';
 
 const CHECK = 'transformers-course:check';
 const SHOW = 'transformers-course:show-panel';
@@ -34,6 +35,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     app.shell.add(panel, 'left', { rank: 150 });
     restorer?.add(panel, panel.id);
     app.docRegistry.addWidgetExtension('Notebook', new CheckButtonExtension(checker));
+    // nbgrader's Assignment List: ask before submitting unwritten or unchecked work.
+    guardSubmit();
 
     // After a check, show its result in the panel.
     checker.changed.connect((_, event) => {

@@ -6,8 +6,19 @@
 import { JupyterFrontEnd } from '@jupyterlab/application';
 import { Widget } from '@lumino/widgets';
 
-import { fetchCourse, IAssignment, ICheck, ICheckResult, ICourse, IExercise } from './api';
-import { Checker, format, ICheckEvent } from './checker';
+import { Notification } from '@jupyterlab/apputils';
+
+import {
+  fetchCourse,
+  IAssignment,
+  ICheck,
+  ICheckResult,
+  ICourse,
+  IExercise,
+  openAssignment,
+  RequestError
+} from './api';
+import { Checker, format, ICheckEvent, withRetry } from './checker';
 import { checkIcon, courseIcon } from './icons';
 import { revealExercise } from './reveal';
 
@@ -57,9 +68,56 @@ export class CoursePanel extends Widget {
       return;
     }
     if (event.state === 'failed' && name) {
-      this.failures.set(name, event.error || 'the check failed');
+      this.fail(name, event.error || 'the check failed', event.retryAt);
+      return;
     }
     this.render();
+  }
+
+  /** Say what went wrong under the assignment, and when to try again; the buttons stay
+   *  usable, and the panel draws itself again when that time comes. */
+  private fail(name: string, message: string, retryAt?: number): void {
+    this.failures.set(name, { message, retryAt });
+    if (retryAt !== undefined) {
+      window.setTimeout(() => this.render(), Math.max(0, retryAt - Date.now()) + 50);
+    }
+    this.render();
+  }
+
+  /** The student's copy of ``a`` (nbgrader's fetched one, fetched now if missing): the
+   *  one notebook that Open, Check my work and the Assignment List's Submit all use. */
+  private async copyOf(a: IAssignment): Promise<string | null> {
+    try {
+      const opened = await openAssignment(a.name);
+      if (opened.note) {
+        Notification.warning(opened.note, { autoClose: 8000 });
+      }
+      const known = a.notebooks[0]?.path;
+      if (known !== opened.path) {
+        void this.refresh(); // the links now point at the fetched copy
+      }
+      return opened.path;
+    } catch (error) {
+      const message = error instanceof RequestError ? error.message : String(error);
+      const retry = error instanceof RequestError ? error.retryAfter : null;
+      this.fail(a.name, message, retry === null ? undefined : Date.now() + retry * 1000);
+      return null;
+    }
+  }
+
+  private async openCopy(a: IAssignment): Promise<void> {
+    const path = await this.copyOf(a);
+    if (path) {
+      await this.app.commands.execute('docmanager:open', { path });
+    }
+  }
+
+  private async checkCopy(a: IAssignment): Promise<void> {
+    this.failures.delete(a.name);
+    const path = await this.copyOf(a);
+    if (path) {
+      await this.checker.check(path);
+    }
   }
 
   private assignmentOf(path: string, result?: ICheckResult): string | null {
@@ -144,8 +202,8 @@ export class CoursePanel extends Widget {
     if (meta) {
       box.append(el('div', 'tc-meta', meta));
     }
-    const path = a.notebooks[0]?.path ?? null;
-    const checking = this.checker.running !== null && this.checker.running === path;
+    const running = this.checker.running;
+    const checking = running !== null && a.notebooks.some(n => n.path === running);
     if (checking) {
       const progress = el('div', 'tc-progress');
       progress.append(el('span', 'tc-spinner'), el('span', '', 'Checking your saved work…'));
@@ -153,16 +211,18 @@ export class CoursePanel extends Widget {
     }
     const failure = this.failures.get(a.name);
     if (failure) {
-      box.append(el('div', 'tc-problem', failure));
+      box.append(el('div', 'tc-problem', withRetry(failure.message, failure.retryAt)));
     }
     if (!open) {
       box.append(this.renderSummary(a));
       return box;
     }
-    if (a.released && path) {
+    if (a.released) {
+      // (no path yet in a student's lab: Open fetches the assignment first)
       const actions = el('div', 'tc-actions');
       const openButton = el('button', 'tc-button', 'Open');
-      openButton.onclick = () => void this.app.commands.execute('docmanager:open', { path });
+      openButton.title = 'Open your copy (the one the Assignment List submits)';
+      openButton.onclick = () => void this.openCopy(a);
       actions.append(openButton);
       if (a.visibility !== 'off') {
         const check = el('button', 'tc-button tc-mod-primary tc-checkButton');
@@ -172,7 +232,7 @@ export class CoursePanel extends Widget {
         icon.classList.add('tc-buttonIcon');
         check.append(icon, el('span', '', checking ? 'Checking…' : 'Check my work'));
         check.disabled = this.checker.running !== null;
-        check.onclick = () => void this.checker.check(path);
+        check.onclick = () => void this.checkCopy(a);
         actions.append(check);
       }
       box.append(actions);
@@ -232,9 +292,10 @@ export class CoursePanel extends Widget {
         : `${e.score === null ? '–' : format(e.score)} / ${format(e.max_score)}`;
     row.append(el('span', 'tc-points', points));
     const notebook = a.notebooks.find(n => n.id === e.notebook) ?? a.notebooks[0];
-    row.onclick = () => {
-      if (notebook?.path) {
-        void revealExercise(this.app, notebook.path, e.name);
+    row.onclick = async () => {
+      const path = a.notebooks.length > 1 ? notebook?.path : await this.copyOf(a);
+      if (path) {
+        void revealExercise(this.app, path, e.name);
       }
     };
     item.append(row);
@@ -283,7 +344,7 @@ export class CoursePanel extends Widget {
   private error: string | null = null;
   private expanded = new Set<string>();
   private results = new Map<string, ICheckResult>();
-  private failures = new Map<string, string>();
+  private failures = new Map<string, { message: string; retryAt?: number }>();
   private showAll = new Set<string>();
 }
 
