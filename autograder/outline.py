@@ -29,6 +29,7 @@ from pathlib import Path
 
 import nbformat
 
+from .assistant_rules import DEFAULT_RULES, rules_from_setting
 from .course import (
     PROJECT_ROOT,
     AssignmentSpec,
@@ -85,6 +86,9 @@ class CourseOutline:
     lectures: tuple[Lecture, ...]
     assignments: tuple[AssignmentEntry, ...]
     readme: Path | None = None
+    # What coding assistants are asked in releases and the student toolkit (None: no
+    # such files); see autograder.assistant_rules.
+    assistant_rules: str | None = DEFAULT_RULES
 
     def assignment(self, name: str) -> AssignmentEntry | None:
         return next((a for a in self.assignments if a.name == name), None)
@@ -130,7 +134,8 @@ def load_outline(path: Path | None = None, assignments_dir: Path | None = None) 
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise CourseError(f"{path}: invalid TOML ({exc}); fix the file") from None
-    unknown = set(data) - {"title", "visibility", "readme", "lectures", "assignments"}
+    unknown = set(data) - {"title", "visibility", "readme", "lectures", "assignments",
+                           "assistant_rules"}
     if unknown:
         raise CourseError(f"{path}: unknown setting(s) {sorted(unknown)}; see the comments there")
     default_visibility = _visibility(data.get("visibility", "full"), f"{path}: visibility")
@@ -179,6 +184,7 @@ def load_outline(path: Path | None = None, assignments_dir: Path | None = None) 
         lectures=tuple(lectures),
         assignments=tuple(assignments),
         readme=readme if readme.is_file() else None,
+        assistant_rules=rules_from_setting(data.get("assistant_rules"), path),
     )
 
 
