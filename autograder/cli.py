@@ -1,5 +1,6 @@
 """The ``autograder`` command line: init, release, collect, grade, report, export, feedback,
-validate, new, demo, serve-checks (the contract is in the README; scripts and tests use it)."""
+leaderboard, validate, new, demo, serve-checks (the contract is in the README; scripts and
+tests use it)."""
 
 from __future__ import annotations
 
@@ -164,6 +165,12 @@ def cmd_feedback(args) -> int:
     return 0
 
 
+def cmd_leaderboard(args) -> int:
+    from . import leaderboard
+
+    return leaderboard.main(_course(args), args)
+
+
 def cmd_validate(args) -> int:
     from .validate import validate
 
@@ -286,6 +293,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Canvas column that holds the nbgrader student id (default: SIS Login ID)")
     p = add("feedback", cmd_feedback, "HTML feedback for every graded student (nbgrader)")
     p.add_argument("name", help="the assignment to write feedback for")
+    p = add("leaderboard", cmd_leaderboard, "rank the checkpoints handed in on a held-out "
+            "text (assignments with [leaderboard]), retrain the top ones to check them")
+    p.add_argument("name", help="the assignment, e.g. 07-capstone")
+    p.add_argument("--reproduce", type=COUNT, default=0, metavar="N",
+                   help="retrain the top N from the configuration and seed each handed in "
+                        "(sandboxed) and flag those that miss their checkpoint's loss")
+    p.add_argument("--names", action="store_true",
+                   help="show student ids instead of the pseudonyms students chose")
+    p.add_argument("--ungraded", action="store_true",
+                   help="rank submissions not graded yet too")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--html", type=Path, default=None,
+                   help="the page with the plot (default: reports/NAME-leaderboard.html)")
     p = add("validate", cmd_validate,
             "on a throwaway course: reference full marks, stub and constant answers zero, "
             "every named mutant caught")
