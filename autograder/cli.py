@@ -153,6 +153,13 @@ def cmd_roster(args) -> int:
 def cmd_feedback(args) -> int:
     course = _course(args)
     course.require_released(args.name)
+    if not args.force:
+        from .visibility_calendar import feedback_hold
+
+        hold = feedback_hold(course.outline().assignment(args.name))
+        if hold:
+            raise CourseError(f"{hold}; `{course.command(f'feedback {args.name} --force')}` "
+                              "releases it now")
     if not any(course.path("autograded").glob(f"*/{args.name}")):
         raise CourseError(f"no graded submission of {args.name} yet: run "
                           f"`{course.command(f'grade {args.name}')}` first")
@@ -293,6 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Canvas column that holds the nbgrader student id (default: SIS Login ID)")
     p = add("feedback", cmd_feedback, "HTML feedback for every graded student (nbgrader)")
     p.add_argument("name", help="the assignment to write feedback for")
+    p.add_argument("--force", action="store_true", help="release it even while course.toml "
+                   "still hides check details from students (visibility_after_due)")
     p = add("leaderboard", cmd_leaderboard, "rank the checkpoints handed in on a held-out "
             "text (assignments with [leaderboard]), retrain the top ones to check them")
     p.add_argument("name", help="the assignment, e.g. 07-capstone")
