@@ -153,3 +153,15 @@ def test_a_run_file_is_untrusted_input(tmp_path):
     assert problem is None and run["seed"] == 7 and run["steps"] == 600
     assert leaderboard.pseudonym(run) == "scriptxscript"
     assert torch.is_tensor(leaderboard.evaluation_windows(torch.arange(300), 2, 10)[0])
+
+
+def test_by_default_only_graded_submissions_are_ranked(capstone_class):
+    """A student's results file (written by ``autograder grade``) marks a graded one."""
+    results = capstone_class.results_dir(NAME)
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "honest.json").write_text(json.dumps({"student": "honest"}))
+    try:
+        entries, _, _ = leaderboard.rank(capstone_class, NAME)
+        assert [(e.student, e.graded) for e in entries] == [("honest", True)]
+    finally:
+        (results / "honest.json").unlink()
