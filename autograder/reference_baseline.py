@@ -219,3 +219,53 @@ def load_independent(course, name: str) -> dict[str, dict[str, Region]]:
         for author, regions in found.items():
             authors.setdefault(author, {}).update(regions)
     return authors
+
+
+#: The name under which :func:`left_out` hands in the reference's own code.
+DISGUISED = "disguised copy of the reference"
+
+
+def panel_and_reference(course, name: str, folder: Path) -> tuple[dict, dict]:
+    """``({author: regions}, reference regions)`` of the independent solutions in
+    ``folder`` and of the instructor's source, both on the released scaffold."""
+    from .similarity import given_names
+    from .similarity_report import _code_solution_cells, _read
+
+    spec = course.spec(name)
+    authors: dict[str, dict[str, Region]] = {}
+    reference: dict[str, Region] = {}
+    for nb_id in spec.notebooks:
+        released = _read(course.path("release", name, f"{nb_id}.ipynb")) or {"cells": []}
+        source = _read(course.path("source", name, f"{nb_id}.ipynb")) or {"cells": []}
+        scaffold = _code_solution_cells(released)
+        given = given_names(["".join(c.get("source", "")) for c in released["cells"]
+                             if c.get("cell_type") == "code"])
+        prefix = "" if len(spec.notebooks) == 1 else f"{nb_id}:"
+        for grade_id, answer in _code_solution_cells(source).items():
+            reference[prefix + grade_id] = region(scaffold.get(grade_id, ""), answer, given)
+        for author, regions in independent_regions(folder, scaffold, given, prefix).items():
+            authors.setdefault(author, {}).update(regions)
+    return authors, reference
+
+
+def left_out(authors: dict[str, dict[str, Region]], reference: dict[str, Region]
+             ) -> list[tuple[str, float, float, bool, bool]]:
+    """How the reference comparison treats each independent solution and a disguised
+    copy of the reference, in a class of just those: ``(author, raw score, score beyond
+    the baseline, flagged raw, flagged beyond it)``. Each author is judged with the
+    *other* authors as the baseline, never with itself. (Renaming locals and dropping
+    comments leave the normalised tokens as they are, so the reference's own code, on
+    the exercises the authors answered, stands for every such disguise.)"""
+    from .similarity import compare
+
+    answered = set().union(*(set(r) for r in authors.values())) if authors else set()
+    students = {**authors, DISGUISED: {ex: reference[ex] for ex in answered}}
+    rows = []
+    for who in students:
+        result = compare(students, reference)
+        raw = next(m for m in result.reference if m.a == who)
+        flagged_raw = raw in result.flagged()[1]
+        discount(result, reference, {a: r for a, r in authors.items() if a != who})
+        now = next(m for m in result.reference if m.a == who)
+        rows.append((who, raw.score, now.score, flagged_raw, now in result.flagged()[1]))
+    return rows

@@ -10,7 +10,8 @@ Each independent solution is measured *left out*: the baseline then comes from t
 independent solutions and the class, never from itself. Ends with both rates: independent
 solutions flagged, disguised copies flagged, before and after.
 
-    python benchmarks/reference_similarity.py [--class-size 120]
+    python benchmarks/reference_similarity.py [--class-size 300] \
+        [--assignment 03-efficient-attention]
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fixtures
 import make_class  # noqa: E402
 
 NAME = "01-attention"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "similarity"
 
 
 def measure(course: Course, use_panel: bool = True) -> dict[str, tuple]:
@@ -58,6 +60,12 @@ def measure(course: Course, use_panel: bool = True) -> dict[str, tuple]:
     return rows
 
 
+def measure_panel(course: Course, name: str, folder: Path) -> list[tuple]:
+    """``reference_baseline.left_out`` on the independent solutions in ``folder``."""
+    students, reference = reference_baseline.panel_and_reference(course, name, folder)
+    return reference_baseline.left_out(students, reference)
+
+
 def _class_benchmark():
     """benchmarks/similarity.py as a module (its generated students)."""
     path = Path(__file__).resolve().parent / "similarity.py"
@@ -81,6 +89,9 @@ def main() -> int:
     parser.add_argument("--class-size", type=int, default=0,
                         help="pad the class to this size with the generated students of "
                         "benchmarks/similarity.py (common ways of writing each step)")
+    parser.add_argument("--assignment", action="append", default=[],
+                        help="also measure this assignment's independent solutions in "
+                        "tests/fixtures/similarity/NAME/ (e.g. 03-efficient-attention)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         course = Course(Path(tmp) / "workspace")
@@ -97,6 +108,11 @@ def main() -> int:
                                    generated.generated_student(rng))
         rows = measure(course)
         median_only = measure(course, use_panel=False)
+        others = []
+        for name in args.assignment:
+            course.release(name, exchange=False)
+            others.append((name, measure_panel(
+                course, name, FIXTURES / name)))
     threshold = similarity.Settings().threshold
     print(f"{NAME}: similarity to the reference (flag at {threshold:.0%})")
     print(f"  {'student':22s} {'kind':12s} {'raw':>5s} {'beyond baseline':>16s} "
@@ -124,6 +140,19 @@ def main() -> int:
         paired = {s: rows[s][index] for s in honest if rows[s][index]}
         print(f"honest students in a flagged pair (neither copied the other), {label}: "
               f"{len(paired)}/{len(honest)} {paired or ''}")
+    for name, panel_rows in others:
+        where = (FIXTURES / name).relative_to(FIXTURES.parents[2])
+        print(f"\n{name}: the independent solutions of {where}, each judged "
+              "with the others as the baseline, and a disguised copy of the reference")
+        print(f"  {'author':34s} {'raw':>5s} {'beyond baseline':>16s}")
+        for who, raw, now, flag_raw, flag_now in panel_rows:
+            print(f"  {who:34s} {raw:5.0%}{'*' if flag_raw else ' '} {now:15.0%}"
+                  f"{'*' if flag_now else ' '}")
+        honest = [r for r in panel_rows if not r[0].startswith("disguised")]
+        copy = [r for r in panel_rows if r[0].startswith("disguised")]
+        for label, index in (("raw", 3), ("beyond baseline", 4)):
+            print(f"{label}: independent flagged {sum(r[index] for r in honest)}/{len(honest)}, "
+                  f"disguised copy flagged {sum(r[index] for r in copy)}/{len(copy)} (* flagged)")
     return 0
 
 

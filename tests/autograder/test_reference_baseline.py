@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "simil
 import make_class  # noqa: E402
 
 NAME = "01-attention"
+EFFICIENT = "03-efficient-attention"
 ASSIGNMENTS = Path(__file__).resolve().parents[2] / "assignments"
 OF_REFERENCE = [c for c, original in make_class.PLANTED.items() if original == "reference"]
 
@@ -137,15 +138,80 @@ def test_the_report_reads_the_independent_solutions_kept_with_the_checks(tmp_pat
     assert "2 independent solution(s) and the class median" in text
 
 
-def test_the_course_keeps_independent_solutions_of_01_and_they_are_the_fixtures():
-    """01-attention's baseline (checks/independent/) holds the formula-close solutions of
-    the fixtures, unchanged: each is proved correct by test_similarity's checks."""
-    panel = ASSIGNMENTS / NAME / "checks" / reference_baseline.INDEPENDENT_DIR
+@pytest.mark.parametrize("name, fixtures, authors", [
+    (NAME, Path(make_class.HERE), ["fay", "gus"]),
+    (EFFICIENT, Path(make_class.HERE) / EFFICIENT, ["hana", "ivo", "jo"]),
+])
+def test_the_course_keeps_independent_solutions_and_they_are_the_fixtures(name, fixtures,
+                                                                          authors):
+    """An assignment's baseline (checks/independent/) holds fixtures unchanged, each proved
+    correct here or by test_similarity's checks."""
+    panel = ASSIGNMENTS / name / "checks" / reference_baseline.INDEPENDENT_DIR
     kept = sorted(panel.glob("*.txt"))
-    assert [p.stem for p in kept] == ["fay", "gus"]
+    assert [p.stem for p in kept] == authors
     for path in kept:
-        assert path.read_text() == (Path(make_class.HERE) / path.name).read_text()
-        assert path.stem in make_class.INDEPENDENT
+        assert path.read_text() == (fixtures / path.name).read_text()
+
+
+# -- 03-efficient-attention: three independent solutions, two of them formula-close ----
+@pytest.fixture(scope="module")
+def efficient(tmp_path_factory):
+    course = Course(tmp_path_factory.mktemp("efficient") / "workspace")
+    course.init()
+    course.release(EFFICIENT, exchange=False)
+    return course
+
+
+def test_the_03_solutions_are_correct(efficient):
+    import json
+
+    import torch
+
+    import toolkit.gqa as gqa
+    import toolkit.linear_attention as linear
+    import toolkit.masks as masks
+    from autograder.similarity_report import _code_solution_cells
+
+    released = json.loads(efficient.path("release", EFFICIENT, "efficient.ipynb").read_text())
+    scaffold = _code_solution_cells(released)
+    imports = next("".join(c["source"]) for c in released["cells"] if c["cell_type"] == "code")
+    for path in sorted((Path(make_class.HERE) / EFFICIENT).glob("*.txt")):
+        ns: dict = {}
+        exec(imports, ns)  # noqa: S102 - the notebook's own imports
+        for grade_id, parts in reference_baseline.read_solutions(path.read_text()).items():
+            exec(reference_baseline.fill_cell(scaffold[grade_id], parts), ns)  # noqa: S102
+        for n, window, dilation, causal in [(9, 3, 2, True), (9, 3, 2, False), (7, 2, 1, True),
+                                            (8, 4, 3, False), (5, 9, 1, True)]:
+            assert torch.equal(ns["dilated_mask"](n, window, dilation, causal),
+                               masks.dilated_mask(n, window, dilation, causal)), path.stem
+        g = torch.Generator().manual_seed(0)
+        q, k = (torch.randn(2, 3, 6, 4, dtype=torch.float64, generator=g) for _ in range(2))
+        v = torch.randn(2, 3, 6, 5, dtype=torch.float64, generator=g)
+        for fn in ("linear_attention", "causal_linear_attention"):
+            torch.testing.assert_close(ns[fn](q, k, v), getattr(linear, fn)(q, k, v))
+        x = torch.randn(2, 2, 5, 4, generator=g)
+        assert torch.equal(ns["repeat_kv"](x, 3), gqa.repeat_kv(x, 3))
+        cache, expected = ns["DynamicKVCache"](), gqa.DynamicKVCache()
+        for layer, t in [(1, 2), (0, 3), (1, 1)]:
+            step = (torch.full((1, 2, t, 4), float(t)), torch.ones(1, 2, t, 4))
+            for got, want in zip(cache.append(layer, *step), expected.append(layer, *step),
+                                 strict=True):
+                assert torch.equal(got, want)
+            assert len(cache.keys) == len(expected.keys)
+
+
+def test_in_03_formula_close_work_is_spared_and_a_disguised_copy_is_not(efficient):
+    authors, reference = reference_baseline.panel_and_reference(
+        efficient, EFFICIENT, Path(make_class.HERE) / EFFICIENT)
+    rows = {who: (raw, now, flag_raw, flag_now) for who, raw, now, flag_raw, flag_now
+            in reference_baseline.left_out(authors, reference)}
+    # Without the baseline the two who follow the notebook's formulas are flagged...
+    assert rows["hana"][2] and rows["jo"][2] and not rows["ivo"][2]
+    # ...with it (each judged by the others) none is, and the copy still is.
+    assert not any(rows[a][3] for a in ("hana", "jo", "ivo"))
+    assert max(rows[a][1] for a in ("hana", "jo", "ivo")) < 0.5
+    copy = rows[reference_baseline.DISGUISED]
+    assert copy[3] and copy[1] == 1.0
 
 
 def test_a_formula_follower_is_not_paired_with_a_copy_of_the_reference(attention_class):
