@@ -68,6 +68,9 @@ class AssignmentSpec:
     #: folder as working directory, e.g. to train and save the checkpoint a student would
     #: hand in next to the notebook. See :func:`autograder.submissions.run_prepare`.
     prepare: str | None = None
+    #: ``[leaderboard]``: rank the checkpoints students hand in on a held-out text, and
+    #: retrain the top ones (opt-in; see :mod:`autograder.leaderboard`).
+    leaderboard: dict | None = None
 
     @classmethod
     def load(cls, name: str, assignments_dir: Path = ASSIGNMENTS_DIR) -> AssignmentSpec:

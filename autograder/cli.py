@@ -1,5 +1,6 @@
 """The ``autograder`` command line: init, release, collect, grade, report, export, feedback,
-validate, new, demo, serve-checks (the contract is in the README; scripts and tests use it)."""
+leaderboard, validate, new, demo, serve-checks (the contract is in the README; scripts and
+tests use it)."""
 
 from __future__ import annotations
 
@@ -152,6 +153,13 @@ def cmd_roster(args) -> int:
 def cmd_feedback(args) -> int:
     course = _course(args)
     course.require_released(args.name)
+    if not args.force:
+        from .visibility_calendar import feedback_hold
+
+        hold = feedback_hold(course.outline().assignment(args.name))
+        if hold:
+            raise CourseError(f"{hold}; `{course.command(f'feedback {args.name} --force')}` "
+                              "releases it now")
     if not any(course.path("autograded").glob(f"*/{args.name}")):
         raise CourseError(f"no graded submission of {args.name} yet: run "
                           f"`{course.command(f'grade {args.name}')}` first")
@@ -170,6 +178,12 @@ def cmd_feedback(args) -> int:
           f"student(s): each gets it with \"Fetch Feedback\" in the Assignment List, or "
           f"`nbgrader fetch_feedback {args.name}`")
     return 0
+
+
+def cmd_leaderboard(args) -> int:
+    from . import leaderboard
+
+    return leaderboard.main(_course(args), args)
 
 
 def cmd_validate(args) -> int:
@@ -297,6 +311,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="the assignment to write feedback for")
     p.add_argument("--no-release", action="store_true",
                    help="write the feedback only; students fetch nothing until it is released")
+    p.add_argument("--force", action="store_true", help="release it even while course.toml "
+                   "still hides check details from students (visibility_after_due)")
+    p = add("leaderboard", cmd_leaderboard, "rank the checkpoints handed in on a held-out "
+            "text (assignments with [leaderboard]), retrain the top ones to check them")
+    p.add_argument("name", help="the assignment, e.g. 07-capstone")
+    p.add_argument("--reproduce", type=COUNT, default=0, metavar="N",
+                   help="retrain the top N from the configuration and seed each handed in "
+                        "(sandboxed) and flag those that miss their checkpoint's loss")
+    p.add_argument("--names", action="store_true",
+                   help="show student ids instead of the pseudonyms students chose")
+    p.add_argument("--ungraded", action="store_true",
+                   help="rank submissions not graded yet too")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--html", type=Path, default=None,
+                   help="the page with the plot (default: reports/NAME-leaderboard.html)")
     p = add("validate", cmd_validate,
             "on a throwaway course: reference full marks, stub and constant answers zero, "
             "every named mutant caught")

@@ -250,6 +250,10 @@ class Course:
             raise CourseError(
                 f"nbgrader could not generate '{name}':\n{result.get('error') or result.get('log')}"
             )
+        from .assistant_rules import write_rules
+
+        # Rules for students' coding assistants, beside the notebooks (course.toml).
+        write_rules(self.path("release", name), self.outline().assistant_rules)
         if exchange:
             self._nbgrader_exchange(api, "ReleaseAssignment", name, force=True)
         return self.path("release", name)

@@ -16,6 +16,9 @@ is one line, so adding a lecture or an assignment is adding a line::
       { name = "07-capstone", visibility = "score" },
     ]
 
+What "Check my work" shows can follow the calendar (``visibility_after_due``, ``grades``,
+``visibility_after_grades``): see :mod:`autograder.visibility_calendar`.
+
 Without a ``course.toml`` (a course of one's own assignments folder) the outline is every
 assignment of the assignments folder, in name order, with full visibility.
 """
@@ -29,6 +32,7 @@ from pathlib import Path
 
 import nbformat
 
+from .assistant_rules import DEFAULT_RULES, rules_from_setting
 from .course import (
     PROJECT_ROOT,
     AssignmentSpec,
@@ -37,6 +41,7 @@ from .course import (
     notebook_from_text,
 )
 from .release_steps import CONTINUE_TAG
+from .visibility_calendar import check as check_calendar
 
 #: The project's own outline. A workspace reads ``course/course.toml`` beside its
 #: assignments folder, or ``AUTOGRADER_COURSE_FILE`` (see ``Course.outline_file``).
@@ -49,7 +54,8 @@ COURSE_FILE = PROJECT_ROOT / "course" / "course.toml"
 VISIBILITIES = ("full", "names", "score", "off")
 
 _LECTURE_KEYS = {"notebook", "title", "assignment"}
-_ASSIGNMENT_KEYS = {"name", "title", "release", "due", "visibility"}
+_ASSIGNMENT_KEYS = {"name", "title", "release", "due", "visibility", "visibility_after_due",
+                    "grades", "visibility_after_grades"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +77,28 @@ class AssignmentEntry:
     title: str
     release: dt.date | dt.datetime | None = None
     due: dt.date | dt.datetime | None = None
-    visibility: str = "full"
+    #: What "Check my work" shows before the due date (all term without one), after it,
+    #: and after ``grades`` (the date grades are released): autograder.visibility_calendar.
+    visibility_before_due: str = "full"
+    visibility_after_due: str | None = None
+    grades: dt.date | dt.datetime | None = None
+    visibility_after_grades: str | None = None
+
+    @property
+    def visibility(self) -> str:
+        """The visibility in force now (see :meth:`visibility_at`)."""
+        return self.visibility_at(dt.datetime.now().astimezone())
+
+    def visibility_at(self, now: dt.datetime) -> str:
+        from .visibility_calendar import visibility_at
+
+        return visibility_at(self, now)
+
+    def next_visibility(self, now: dt.datetime) -> tuple[dt.datetime, str] | None:
+        """When what "Check my work" shows changes next, and to what (``None``: never)."""
+        from .visibility_calendar import next_change
+
+        return next_change(self, now)
 
     def released_by(self, now: dt.datetime) -> bool:
         """Whether its release date (if any) has come. A date means its first minute."""
@@ -85,6 +112,9 @@ class CourseOutline:
     lectures: tuple[Lecture, ...]
     assignments: tuple[AssignmentEntry, ...]
     readme: Path | None = None
+    # What coding assistants are asked in releases and the student toolkit (None: no
+    # such files); see autograder.assistant_rules.
+    assistant_rules: str | None = DEFAULT_RULES
 
     def assignment(self, name: str) -> AssignmentEntry | None:
         return next((a for a in self.assignments if a.name == name), None)
@@ -130,10 +160,14 @@ def load_outline(path: Path | None = None, assignments_dir: Path | None = None) 
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise CourseError(f"{path}: invalid TOML ({exc}); fix the file") from None
-    unknown = set(data) - {"title", "visibility", "readme", "lectures", "assignments"}
+    unknown = set(data) - {"title", "visibility", "readme", "lectures", "assignments",
+                           "assistant_rules", "visibility_after_due", "visibility_after_grades"}
     if unknown:
         raise CourseError(f"{path}: unknown setting(s) {sorted(unknown)}; see the comments there")
     default_visibility = _visibility(data.get("visibility", "full"), f"{path}: visibility")
+    later_defaults = {key: _visibility(data[key], f"{path}: {key}")
+                      for key in ("visibility_after_due", "visibility_after_grades")
+                      if key in data}
     known = available_assignments(assignments_dir)
     assignments, seen = [], set()
     for i, entry in enumerate(_entries(data, "assignments", path)):
@@ -148,17 +182,27 @@ def load_outline(path: Path | None = None, assignments_dir: Path | None = None) 
         if name in seen:
             raise CourseError(f"{where}: '{name}' is listed twice; keep one line")
         seen.add(name)
-        release, due = (_date(entry.get(k), f"{where} ({name}): {k}") for k in ("release", "due"))
+        release, due, grades = (_date(entry.get(k), f"{where} ({name}): {k}")
+                                for k in ("release", "due", "grades"))
         if release and due and _as_datetime(due) < _as_datetime(release):
             raise CourseError(f"{where} ({name}): due {due} comes before release {release}")
+        # A course-wide later setting applies where its date exists; an assignment's own
+        # must have its date (visibility_calendar.check says so).
+        later = {key: (_visibility(entry[key], f"{where} ({name}): {key}") if key in entry
+                       else later_defaults.get(key) if date is not None else None)
+                 for key, date in (("visibility_after_due", due),
+                                   ("visibility_after_grades", grades))}
         assignments.append(AssignmentEntry(
             name=name,
             title=entry.get("title") or AssignmentSpec.load(name, assignments_dir).title,
             release=release,
             due=due,
-            visibility=_visibility(entry.get("visibility", default_visibility),
-                                   f"{where} ({name}): visibility"),
+            visibility_before_due=_visibility(entry.get("visibility", default_visibility),
+                                              f"{where} ({name}): visibility"),
+            grades=grades,
+            **later,
         ))
+        check_calendar(assignments[-1], f"{where} ({name})")
     lectures = []
     for i, entry in enumerate(_entries(data, "lectures", path)):
         where = f"{path}: lectures[{i}]"
@@ -179,6 +223,7 @@ def load_outline(path: Path | None = None, assignments_dir: Path | None = None) 
         lectures=tuple(lectures),
         assignments=tuple(assignments),
         readme=readme if readme.is_file() else None,
+        assistant_rules=rules_from_setting(data.get("assistant_rules"), path),
     )
 
 

@@ -250,6 +250,8 @@ class Result:
     reference: list[Match]
     common: dict[str, set[int]]  # exercise -> k-gram hashes treated as common code
     settings: Settings
+    # What the reference comparison counts beyond, once set by autograder.reference_baseline.
+    baseline: object = None
 
     def flagged(self) -> tuple[list[Match], list[Match]]:
         """(pairs, reference matches) at or above the threshold, most similar first. A

@@ -88,10 +88,20 @@ def load(course: Course, name: str) -> tuple[dict, dict, list[str]]:
     return students, reference, notes
 
 
-def run(course: Course, name: str, settings: Settings | None = None):
-    """(result, students' regions, reference regions, notes)."""
+def run(course: Course, name: str, settings: Settings | None = None, independent=None):
+    """(result, students' regions, reference regions, notes). The comparison with the
+    reference counts only what goes beyond the honest baseline of
+    :mod:`autograder.reference_baseline` (``independent``: the assignment's independent
+    solutions as regions; default: those kept with its hidden checks); the baseline is
+    ``result.baseline``."""
+    from .reference_baseline import discount, load_independent
+
     students, reference, notes = load(course, name)
-    return compare(students, reference, settings or Settings()), students, reference, notes
+    result = compare(students, reference, settings or Settings())
+    if independent is None:
+        independent = load_independent(course, name)
+    result.baseline = discount(result, reference, independent)
+    return result, students, reference, notes
 
 
 # -- text, JSON, CSV ----------------------------------------------------------------
@@ -118,7 +128,8 @@ def as_text(result: Result, name: str, n_students: int, html_path: Path | None) 
     lines += ["", f"Pairs of submissions with a similarity of {t:.0%} or more:"]
     lines += [f"  {m.a} ~ {m.b}  {m.score:.0%}  ({_detail(m, result)})" for m in pairs]
     lines += [] if pairs else ["  none"]
-    lines += ["", f"Submissions with a similarity of {t:.0%} or more to {REFERENCE}:"]
+    lines += ["", f"Submissions with a similarity of {t:.0%} or more to {REFERENCE}, beyond "
+              "what independent work reaches:"]
     lines += [f"  {m.a}  {m.score:.0%}  ({_detail(m, result)})" for m in ref]
     lines += [] if ref else ["  none"]
     if html_path is not None and (pairs or ref):
@@ -127,9 +138,26 @@ def as_text(result: Result, name: str, n_students: int, html_path: Path | None) 
         "",
         "Similarity: of the code the smaller side wrote that is not common to the class, the",
         "share the other side has too (names, comments, layout and literals normalised away).",
+        *_baseline_lines(result),
         "A flag is a reason to look, not a verdict; no score was changed.",
     ]
     return "\n".join(lines)
+
+
+def _baseline_lines(result: Result) -> list[str]:
+    baseline = result.baseline
+    if baseline is None:
+        return []
+    def per(values):
+        return ", ".join(f"{ex} {b:.0%}" for ex, b in sorted(values.items())) or "none"
+
+    source = (f"{len(baseline.independent)} independent solution(s) and the class median"
+              if baseline.independent else "the class median (no independent solutions)")
+    return ["Only the share beyond what honest work reaches counts, (s - b) / (1 - b) per",
+            f"exercise. Against the reference, b from {source}: "
+            f"{per(baseline.per_exercise)}.",
+            f"Between students, b from the reference and those solutions: "
+            f"{per(baseline.pairs)}."]
 
 
 def _as_dict(match) -> dict:
@@ -154,6 +182,10 @@ def as_json(result: Result, name: str) -> str:
         "pairs": [_as_dict(m) for m in pairs],
         "reference": [_as_dict(m) for m in ref],
     }
+    baseline = result.baseline
+    if baseline is not None:
+        data["reference_baseline"] = {ex: round(b, 4)
+                                      for ex, b in sorted(baseline.per_exercise.items())}
     return json.dumps(data, indent=2, sort_keys=True)
 
 

@@ -35,6 +35,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from .assistant_rules import DEFAULT_RULES, WHEEL_FILE_NAMES, write_rules
 from .course import AssignmentSpec, CourseError, available_assignments, notebook_from_text
 from .prepare_checkpoint import files_digest
 from .submissions import solution_defined_names
@@ -221,15 +222,18 @@ def wheel_version(staged: Path, requirements: list[str], build: str = "student")
 def build_student_toolkit(
     out_dir: Path, assignments_dir: Path, unlocked: list[str] = (),
     inspect: Callable[[Path], object] | None = None,
+    assistant_rules: str | None = DEFAULT_RULES,
 ) -> Path:
     """Build the student wheel into ``out_dir``; every assignment not in ``unlocked`` is
     locked. ``inspect`` is called with the staged package folder before the wheel is made
-    (``autograder release`` compares it with the locked solutions). Returns the wheel's
-    path."""
+    (``autograder release`` compares it with the locked solutions). ``assistant_rules``
+    goes into the package as ``AGENTS.md`` and the like (:mod:`autograder.assistant_rules`;
+    ``None``: none). Returns the wheel's path."""
     locked = locked_assignments(assignments_dir, unlocked)
     with tempfile.TemporaryDirectory(prefix="student-toolkit-") as tmp:
         project = Path(tmp)
         stage_student_toolkit(project / "toolkit", assignments_dir, unlocked)
+        write_rules(project / "toolkit", assistant_rules, WHEEL_FILE_NAMES)
         if inspect is not None:
             inspect(project / "toolkit")
         requirements = student_requirements()
@@ -273,7 +277,8 @@ def release_student_builds(course, *, toolkit: bool, lab: bool, unlocked: list[s
         wheel = build_student_toolkit(
             course.root / "student-toolkit", course.assignments_dir, unlocked=unlocked,
             inspect=lambda staged: overlaps.extend(
-                answer_overlaps(staged, course.assignments_dir, unlocked)))
+                answer_overlaps(staged, course.assignments_dir, unlocked)),
+            assistant_rules=course.outline().assistant_rules)
         print(f"Student toolkit: {wheel}")
         locked = locked_assignments(course.assignments_dir, unlocked)
         print(f"Locked (answers stubbed or withheld): {', '.join(locked) or 'none'}; "

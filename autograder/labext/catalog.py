@@ -16,6 +16,7 @@ import nbformat
 
 from ..course import Course, CourseError
 from ..outline import iso, load_outline
+from ..visibility_calendar import next_visibility
 from .feedback import restrict
 
 HELP = "run `make lab` (or `autograder init` and `autograder release --all`)"
@@ -122,6 +123,8 @@ def course_view(course: Course, root_dir: Path, latest: dict) -> dict:
             "release": iso(entry.release),
             "due": iso(entry.due),
             "visibility": entry.visibility,
+            # When "Check my work" will show more (or less): {"at", "visibility"} or None.
+            "visibility_next": next_visibility(entry),
             "released": False,
             "notebooks": [],
             "exercises": [],
