@@ -38,6 +38,7 @@
 # | 2 | a short written answer: why RoPE scores see only $m - n$ | 2 (read by a person) |
 # | 3 | position interpolation and NTK-aware scaling: `rope_inv_freq_linear`, `rope_inv_freq_ntk` | 1 |
 # | 3 | YaRN: `yarn_band_ratios`, `yarn_inv_freq_and_temperature` | 3 |
+# | 3 | dynamic NTK and LongRoPE: `rope_inv_freq_dynamic_ntk`, `longrope_inv_freq_and_attention_factor` (and two helpers) | 3 |
 # | 4 | ALiBi slopes for any number of heads: `alibi_slopes` | 2 |
 # | 4 | the ALiBi bias, with a KV cache: `alibi_bias` | 2 |
 #
@@ -82,6 +83,7 @@ from toolkit.arguments import (
 from toolkit.notebook import friendly_errors
 from toolkit.widgets.position import (
     alibi_explorer,
+    long_context_explorer,
     rope_rotation_explorer,
     rope_spectrum_explorer,
     score_vs_distance_explorer,
@@ -957,10 +959,192 @@ train_short_test_long_explorer(
 # %% [markdown]
 # **LongRoPE** (arXiv 2402.13753, Phi-3) generalises all of this to one rescale factor
 # per band, $\theta_i / \lambda_i$, found by an evolutionary search on perplexity and shipped
-# in the checkpoint's config (`short_factor`, `long_factor`), together with an attention
-# factor $\sqrt{1 + \ln s / \ln L}$. Given the factors, applying them is one division
-# (`toolkit.position.longrope_inv_freq`).
+# in the checkpoint's config. Exercise 3c applies such factors the way a checkpoint runs them.
 #
+# ### Exercise 3c: dynamic NTK and LongRoPE, as Hugging Face runs them
+#
+# Both methods change the speeds **with the length of the input**, so both take the
+# current length $T$ (`seq_len`; Hugging Face uses $T = \max(\text{position\_ids}) + 1$)
+# and the length the model was trained on, $L$ (`max_position_embeddings` for dynamic
+# NTK, `original_max_position_embeddings` for LongRoPE).
+#
+# **Dynamic NTK** (HF's `"dynamic"` rope type; first posted on Reddit by "emozilla").
+# Static NTK picks $s$ once, so a short input pays for an extension it does not need.
+# Dynamic NTK keeps plain RoPE up to $L$ and recomputes the NTK base from the length
+# beyond it:
+#
+# $$
+# T' = \max(T, L), \qquad g = \frac{s\,T'}{L} - (s - 1), \qquad
+# \text{base}' = \text{base}\cdot g^{\,d/(d-2)}, \qquad \theta'_i = \text{base}'^{-2i/d}.
+# $$
+#
+# At $T \le L$, $g = 1$: exactly the original speeds. Beyond $L$, $g$ grows linearly with
+# slope $s/L$. (So at $T = sL$ the effective NTK scale is $s^2 - s + 1$, not $s$: that is
+# HF's convention, and the one to match. With $s = 1$, $g = T/L$.) Use your `ntk_base`.
+#
+# **LongRoPE.** The config holds two lists of $d/2$ factors: `short_factor` for inputs
+# that fit the original window and `long_factor` for longer ones. HF switches on the
+# length: long factors when $T > L$ (an input of exactly $L$ tokens is still short),
+# short ones otherwise, and divides: $\theta'_i = \theta_i / \lambda_i$. It also scales
+# attention, like YaRN, by
+#
+# $$
+# \text{attention\_factor} = \sqrt{1 + \frac{\ln s}{\ln L}} \quad (s > 1), \qquad 1 \quad (s \le 1),
+# $$
+#
+# where $s$ is the config's `factor` (Phi-3 leaves it out and HF takes
+# `max_position_embeddings / original_max_position_embeddings`). The factor depends on $s$
+# only, **not** on $T$: HF computes it once and multiplies `cos` and `sin` by it for short
+# and long inputs alike. It therefore scales both $q$ and $k$ (pass it to `apply_rope` as
+# `attention_scaling`), and the logits grow by its square, $1 + \ln s / \ln L$.
+#
+# Write four functions. Validate with `check_even("d_head", d_head)` and
+# `check_context_scale(scale)` as in 3a, `check_int` for lengths and counts, and raise
+# `ValueError` for `d_head < 4` in `rope_inv_freq_dynamic_ntk`.
+
+# %% nbgrader={"grade": false, "grade_id": "dynamic_longrope", "locked": false, "schema_version": 3, "solution": true}
+def rope_inv_freq_dynamic_ntk(
+    d_head: int,
+    base: float,
+    seq_len: int,
+    max_position_embeddings: int,
+    scale: float,
+    *,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """Dynamic NTK speeds for an input of ``seq_len`` tokens (HF ``"dynamic"``).
+
+    ``T = max(seq_len, L)``, ``base' = ntk_base(d_head, base, s * T / L - (s - 1))``, then
+    plain RoPE speeds with ``base'``. Validate ``d_head`` (even, >= 4), ``seq_len`` and
+    ``max_position_embeddings`` (``check_int``) and ``scale`` (``check_context_scale``).
+
+    Returns:
+        ``(d_head / 2,)`` tensor of ``dtype``.
+    """
+    ### BEGIN SOLUTION
+    check_even("d_head", d_head)
+    check_int("seq_len", seq_len)
+    check_int("max_position_embeddings", max_position_embeddings)
+    check_context_scale(scale)
+    if d_head < 4:
+        raise ValueError(f"d_head must be >= 4 for NTK scaling (exponent d/(d-2)), got {d_head}")
+    T = max(seq_len, max_position_embeddings)  # inside the trained length: plain RoPE
+    growth = scale * T / max_position_embeddings - (scale - 1)  # s T / L - (s - 1)
+    return rope_inv_freq(d_head, ntk_base(d_head, base, growth), dtype=dtype)
+    ### END SOLUTION
+
+
+def longrope_inv_freq(
+    d_head: int,
+    base: float,
+    rescale_factors,
+    *,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """``theta_i / lambda_i`` for ``d_head / 2`` given factors (a list or a tensor).
+
+    Compute in float64, cast to ``dtype`` at the end. Raise ``ValueError`` for an odd
+    ``d_head``, for factors that are not ``d_head / 2`` numbers, and for a factor ``<= 0``.
+    """
+    ### BEGIN SOLUTION
+    check_even("d_head", d_head)
+    lam = torch.as_tensor(rescale_factors, dtype=torch.float64)
+    if lam.shape != (d_head // 2,):
+        raise ValueError(
+            f"rescale_factors must hold d_head / 2 = {d_head // 2} numbers, "
+            f"got shape {tuple(lam.shape)}"
+        )
+    if not bool((lam > 0).all()):
+        raise ValueError("rescale_factors must all be > 0 (1.0 leaves a pair unchanged)")
+    return (rope_inv_freq(d_head, base, dtype=torch.float64) / lam).to(dtype)  # theta_i / lambda_i
+    ### END SOLUTION
+
+
+def longrope_attention_factor(scale: float, original_max_position_embeddings: int) -> float:
+    """``sqrt(1 + ln s / ln L)`` as a Python float, ``1.0`` when ``s <= 1``.
+
+    Validate ``L`` with ``check_int("original_max_position_embeddings", L, minimum=2)``.
+    """
+    ### BEGIN SOLUTION
+    check_int("original_max_position_embeddings", original_max_position_embeddings, minimum=2)
+    if scale <= 1:
+        return 1.0
+    return math.sqrt(1 + math.log(scale) / math.log(original_max_position_embeddings))
+    ### END SOLUTION
+
+
+def longrope_inv_freq_and_attention_factor(
+    d_head: int,
+    base: float,
+    short_factor,
+    long_factor,
+    seq_len: int,
+    original_max_position_embeddings: int,
+    scale: float,
+    *,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[Tensor, float]:
+    """LongRoPE for an input of ``seq_len`` tokens: the factor switch and the attention factor.
+
+    ``long_factor`` when ``seq_len > L`` (``L = original_max_position_embeddings``), else
+    ``short_factor``; then :func:`longrope_inv_freq` and :func:`longrope_attention_factor`.
+    Validate ``seq_len`` (``check_int``) and ``scale`` (``check_context_scale``).
+
+    Returns:
+        ``(inv_freq, attention_factor)``: ``(d_head / 2,)`` tensor of ``dtype`` and a float.
+    """
+    ### BEGIN SOLUTION
+    check_int("seq_len", seq_len)
+    check_context_scale(scale)
+    long = seq_len > original_max_position_embeddings  # past the original window
+    factors = long_factor if long else short_factor
+    inv_freq = longrope_inv_freq(d_head, base, factors, dtype=dtype)  # theta_i / lambda_i
+    attention_factor = longrope_attention_factor(scale, original_max_position_embeddings)
+    return inv_freq, attention_factor
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_dynamic_longrope", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+theta = rope_inv_freq(64)
+for T in (1, 100, 512):  # inside the trained length L = 512: plain RoPE
+    assert torch.equal(rope_inv_freq_dynamic_ntk(64, 10000.0, T, 512, 4.0), theta), (
+        f"seq_len = {T} <= L = 512: dynamic NTK must give the plain speeds")
+dyn = rope_inv_freq_dynamic_ntk(64, 10000.0, 1024, 512, 4.0, dtype=torch.float64)
+g = 4.0 * 1024 / 512 - 3.0  # s T / L - (s - 1) = 5
+assert torch.allclose(dyn, rope_inv_freq(64, 10000.0 * g ** (64 / 62), dtype=torch.float64)), (
+    "seq_len = 2L with s = 4: base' = base * (s T / L - (s - 1))^(d/(d-2)) = base * 5^(64/62)")
+assert torch.allclose(rope_inv_freq_dynamic_ntk(64, 10000.0, 2048, 512, 1.0),
+                      rope_inv_freq_ntk(64, 10000.0, 4.0)), (
+    "with s = 1, dynamic NTK at T = 4L is static NTK with scale T / L = 4")
+
+short, long = [1.0, 1.5, 2.0, 2.5], [1.0, 4.0, 16.0, 64.0]  # d_head = 8
+theta8 = rope_inv_freq(8, dtype=torch.float64)
+inv, factor = longrope_inv_freq_and_attention_factor(8, 10000.0, short, long, 256, 256, 16.0,
+                                                     dtype=torch.float64)
+assert torch.allclose(inv, theta8 / torch.tensor(short, dtype=torch.float64)), (
+    "seq_len = L = 256 is still short: theta_i / short_factor_i")
+expected = math.sqrt(1 + math.log(16) / math.log(256))  # = sqrt(1.5)
+assert isinstance(factor, float) and abs(factor - expected) < 1e-12, (
+    f"attention factor sqrt(1 + ln s / ln L) = sqrt(1 + ln 16 / ln 256) = {expected:.6f} for "
+    f"short inputs too; got {factor!r}")
+inv, factor = longrope_inv_freq_and_attention_factor(8, 10000.0, short, long, 257, 256, 16.0,
+                                                     dtype=torch.float64)
+assert torch.allclose(inv, theta8 / torch.tensor(long, dtype=torch.float64)), (
+    "seq_len = 257 > L: theta_i / long_factor_i")
+assert abs(factor - expected) < 1e-12, "the attention factor does not depend on seq_len"
+assert longrope_attention_factor(1.0, 4096) == 1.0, "s = 1: no attention scaling"
+print("✓ dynamic NTK and LongRoPE pass the visible checks")
+
+# %% [markdown]
+# Your four functions against the input length, next to PI, NTK and YaRN: which methods
+# leave short inputs alone, and which keep every pair on angles it saw in training.
+
+# %% tags=["skip-grading"]
+long_context_explorer(fns={
+    **my_spectra, "yarn_band_ratios": yarn_band_ratios,
+    "rope_inv_freq_dynamic_ntk": rope_inv_freq_dynamic_ntk, "longrope_inv_freq": longrope_inv_freq})
+
+# %% [markdown]
 # ## 4. ALiBi: attention with linear biases (arXiv 2108.12409)
 #
 # ALiBi (Press, Smith, Lewis) adds no embedding at all. It subtracts a penalty
