@@ -26,6 +26,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: Public names no notebook needs, and why. Keep each reason to one line.
 NOT_FOR_NOTEBOOKS = {
+    "held_out_windows": "the windows toolkit.long_context.measure reads; notebooks call measure",
+    "model_variants": "the models and methods measure loops over; notebooks call measure",
+    "train_position_model": "one training run of trained_models, which notebooks call",
+    "PositionedAttention": "the attention layer position_model installs; notebooks build models",
     "check_step_sizes": "an argument check of toolkit.ssm; no notebook calls it",
     "main": "the command line `python -m toolkit.train`; lecture 07 trains through train()",
     "Unwritten": "friendly_errors' reading of a stub's message; notebooks call friendly_errors()",
