@@ -99,12 +99,12 @@ def test_dynamic_ntk_values(submission):
 @pytest.mark.weight(1)
 @pytest.mark.pitfall(BELOW)
 def test_dynamic_ntk_is_plain_rope_up_to_L(submission):
-    """Up to the training length dynamic NTK is plain RoPE, to the last bit."""
+    """Up to the training length dynamic NTK is plain RoPE."""
     for d, base, L, s in DYNAMIC:
         plain = rope_inv_freq(d, base, dtype=F64)
         for T in (L, L - 1, L - 7, L // 2, 2, 1):
             out = _dynamic(submission, d, base, T, L, s)
-            if not torch.equal(out, plain):
+            if not torch.allclose(out, plain, rtol=1e-12, atol=0):
                 raise CheckFailure(
                     f"seq_len = {T} <= L = {L} (s = {s:g}): dynamic NTK must give the plain "
                     "speeds base^(-2i/d); the base is recomputed only beyond L, from "
