@@ -1333,7 +1333,7 @@ alibi_explorer(fns={"alibi_bias": alibi_bias, "alibi_slopes": alibi_slopes})
 # Everything so far was about speeds and angles. Does it matter for a trained model? Here
 # four small GPTs (the capstone model of Lecture 07, 2 blocks of width 64, byte tokens)
 # are trained on windows of exactly $L = 128$ tokens, identical but for their position
-# encoding: **RoPE**, a **learned** table of $L$ rows, **ALiBi**, and **none** (NoPE).
+# encoding (they rotate and bias with **your** `apply_rope` and `alibi_bias`): **RoPE**, a **learned** table of $L$ rows, **ALiBi**, and **none** (NoPE).
 # Half of every training batch is the course's corpus (Python standard-library source),
 # half is *passkey* text (`toolkit.long_context.passkey`): filler sentences with one
 # line `The pass key is #12345#.` hidden somewhere, then the question
@@ -1519,11 +1519,14 @@ print("✓ rope_extension passes the visible checks")
 
 # %% tags=["skip-grading"]
 L_TRAIN = 128
+CONTEXT_STEPS = 1000  # training steps per model (the course's table used 1000)
+N_KEYS = 10  # passkeys per length and depth
+positions = {"apply_rope": apply_rope, "alibi_bias": alibi_bias}  # the models use yours
 mine = {"loss_by_position": loss_by_position, "passkey_accuracy": passkey_accuracy,
-        "rope_extension": rope_extension}
+        "rope_extension": rope_extension, **positions}
 check_measurements_written(mine)  # stops here, at once, while an exercise is unwritten
-models = trained_models(ExperimentConfig(train_len=L_TRAIN))
-results = measure(models, L_TRAIN, fns=mine)
+models = trained_models(ExperimentConfig(train_len=L_TRAIN, steps=CONTEXT_STEPS), fns=positions)
+results = measure(models, L_TRAIN, n_keys=N_KEYS, fns=mine)
 context_extension_explorer(results)
 
 # %% [markdown]

@@ -21,9 +21,10 @@ from toolkit.long_context import (
     position_model,
     rope_extension,
     rope_speeds,
+    use_position_functions,
 )
-from toolkit.models import GPT
 from toolkit.position import (
+    apply_rope,
     rope_inv_freq,
     rope_inv_freq_dynamic_ntk,
     rope_inv_freq_linear,
@@ -122,13 +123,12 @@ def test_position_models():
     idx = torch.randint(0, 256, (2, 40))
     for position in ("rope", "alibi", "none", "learned"):
         model = position_model(position, 40, n_layers=2, d_model=32).eval()
-        assert isinstance(model, GPT)
         out = model(idx)[0]
         changed = idx.clone()
         changed[:, 25:] = (changed[:, 25:] + 1) % 256
         assert torch.allclose(model(changed)[0][:, :25], out[:, :25], atol=1e-5), position
     learned = position_model("learned", 40)
-    with pytest.raises(ValueError, match="max_seq_len"):
+    with pytest.raises(ValueError, match="learned table"):
         learned(torch.zeros(1, 41, dtype=torch.long))
     rope = position_model("rope", 40, n_layers=1, d_model=32).eval()
     long_idx = torch.randint(0, 256, (1, 300))
@@ -141,6 +141,16 @@ def test_position_models():
     with pytest.raises(ValueError, match="RoPE"):
         with rope_speeds(position_model("alibi", 40), None):
             pass
+    calls = []
+
+    def my_rope(x, positions, **kwargs):  # a student's apply_rope, used by every layer
+        calls.append(kwargs["inv_freq"])
+        return apply_rope(x, positions, **kwargs)
+
+    use_position_functions(rope, {"apply_rope": my_rope})
+    assert torch.equal(rope(long_idx)[0], plain) and len(calls) == 2  # q and k, one layer
+    with pytest.raises(ValueError, match="fns"):
+        use_position_functions(rope, {"rope": my_rope})
 
 
 @pytest.mark.parametrize("position", ["alibi", "rope"])

@@ -7,8 +7,8 @@ linear penalty is defined at every distance, and a model with no positions at al
 reads order only from its causal mask. This package measures it on models small enough
 to train on a CPU in minutes:
 
-* :mod:`toolkit.long_context.models`: the capstone GPT with RoPE (at chosen speeds),
-  learned positions, ALiBi or none;
+* :mod:`toolkit.long_context.models`: small GPTs (the capstone's modern recipe, in plain
+  PyTorch) with RoPE (at chosen speeds), learned positions, ALiBi or none;
 * :mod:`toolkit.long_context.passkey`: the passkey probe, a number hidden in filler text;
 * :mod:`toolkit.long_context.evaluation`: loss by position, passkey accuracy, and the
   speeds each extension method gives a RoPE model (Assignment 02's references);
@@ -34,7 +34,18 @@ from toolkit.long_context.experiment import (
     train_position_model,
     trained_models,
 )
-from toolkit.long_context.models import POSITIONS, PositionedAttention, position_model, rope_speeds
+from toolkit.long_context.models import (
+    POSITIONS,
+    PositionBlock,
+    PositionedAttention,
+    PositionGPT,
+    PositionModelConfig,
+    RMSNormGain,
+    SwiGLUFeedForward,
+    position_model,
+    rope_speeds,
+    use_position_functions,
+)
 from toolkit.long_context.passkey import (
     DIGITS,
     FILLER,
@@ -61,9 +72,15 @@ __all__ = [
     "train_position_model",
     "trained_models",
     "POSITIONS",
+    "PositionBlock",
     "PositionedAttention",
+    "PositionGPT",
+    "PositionModelConfig",
+    "RMSNormGain",
+    "SwiGLUFeedForward",
     "position_model",
     "rope_speeds",
+    "use_position_functions",
     "DIGITS",
     "FILLER",
     "KEY_LINE",

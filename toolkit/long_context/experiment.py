@@ -33,7 +33,12 @@ from toolkit.long_context.evaluation import (
     passkey_accuracy,
     rope_extension,
 )
-from toolkit.long_context.models import POSITIONS, position_model, rope_speeds
+from toolkit.long_context.models import (
+    POSITIONS,
+    position_model,
+    rope_speeds,
+    use_position_functions,
+)
 from toolkit.long_context.passkey import DIGITS, passkey_batch
 
 
@@ -74,10 +79,14 @@ def _model(position: str, cfg: ExperimentConfig):
                           n_heads=cfg.n_heads, seed=cfg.seed)
 
 
-def train_position_model(position: str, cfg: ExperimentConfig, *, progress: bool = True):
-    """Train one model of :data:`POSITIONS` at length ``L``; returns it in eval mode."""
+def train_position_model(position: str, cfg: ExperimentConfig, *, progress: bool = True,
+                         fns=None):
+    """Train one model of :data:`POSITIONS` at length ``L``; returns it in eval mode.
+
+    ``fns``: a student's ``apply_rope`` and ``alibi_bias``, by name, for the toolkit's.
+    """
     torch.manual_seed(cfg.seed)
-    model = _model(position, cfg)
+    model = use_position_functions(_model(position, cfg), fns)
     corpus = load_corpus()
     generator = torch.Generator().manual_seed(cfg.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.max_lr, weight_decay=0.1,
@@ -108,17 +117,21 @@ def train_position_model(position: str, cfg: ExperimentConfig, *, progress: bool
 
 
 def trained_models(cfg: ExperimentConfig = ExperimentConfig(), positions=POSITIONS, *,
-                   progress: bool = True) -> dict:
-    """``{position: model}``, trained once per setting and then loaded from the cache."""
+                   progress: bool = True, fns=None) -> dict:
+    """``{position: model}``, trained once per setting and then loaded from the cache.
+
+    ``fns``: a student's ``apply_rope`` and ``alibi_bias``, by name, which the models then
+    use (the saved weights do not depend on them).
+    """
     models = {}
     for position in tqdm(positions, desc="models", disable=not progress):
         path = _cache_dir() / f"{position}-{cfg.key()}.pt"
         if path.exists():
             model = _model(position, cfg)
             model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-            models[position] = model.eval()
+            models[position] = use_position_functions(model, fns).eval()
             continue
-        models[position] = train_position_model(position, cfg, progress=progress)
+        models[position] = train_position_model(position, cfg, progress=progress, fns=fns)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         torch.save(models[position].state_dict(), tmp)
@@ -155,13 +168,15 @@ def model_variants(models: dict) -> list[tuple[str, object, str]]:
 #: The measurement functions :func:`measure` calls, by name (a student's replace them).
 MEASUREMENTS = {"loss_by_position": loss_by_position, "passkey_accuracy": passkey_accuracy,
                 "rope_extension": rope_extension}
+_POSITION_FUNCTIONS = ("apply_rope", "alibi_bias")
 
 
 def _functions(fns) -> dict:
     fns = dict(fns or {})
-    unknown = sorted(set(fns) - set(MEASUREMENTS))
+    unknown = sorted(set(fns) - set(MEASUREMENTS) - set(_POSITION_FUNCTIONS))
     if unknown:
-        raise ValueError(f"fns names {unknown}; measure uses {sorted(MEASUREMENTS)}")
+        raise ValueError(f"fns names {unknown}; measure uses "
+                         f"{sorted(MEASUREMENTS) + list(_POSITION_FUNCTIONS)}")
     return {**MEASUREMENTS, **fns}
 
 
@@ -190,7 +205,8 @@ def measure(models: dict, train_len: int, *, lengths=(1, 2, 4, 8), n_windows: in
     """Loss by position and passkey accuracy for every variant of :func:`model_variants`.
 
     ``fns``: the student's own ``loss_by_position``, ``passkey_accuracy`` and
-    ``rope_extension``, by name, in place of the toolkit's.
+    ``rope_extension`` (and ``apply_rope``, ``alibi_bias`` for the models), by name, in
+    place of the toolkit's.
 
     Returns:
         ``{"loss": {label: (8L,) tensor or None}, "passkey": {label: {(multiple, depth):
@@ -198,6 +214,8 @@ def measure(models: dict, train_len: int, *, lengths=(1, 2, 4, 8), n_windows: in
         covers the first ``L`` positions and its passkey entries beyond ``L`` are ``None``.
     """
     f = _functions(fns)
+    for model in models.values():
+        use_position_functions(model, {k: f[k] for k in _POSITION_FUNCTIONS if k in f})
     longest = max(lengths) * train_len
     windows = held_out_windows(longest, n_windows)
     keys = torch.randint(10**DIGITS, (n_keys,), generator=torch.Generator().manual_seed(1))
