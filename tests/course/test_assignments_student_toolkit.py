@@ -47,6 +47,10 @@ ASSIGNMENTS = available_assignments(ASSIGNMENTS_DIR)
 #: (text, shorter text) edits of an instructor notebook: its long training runs, cut to a
 #: few steps. Each text must occur in the notebook, so an edit that no longer applies fails.
 SHORTER = {
+    "02-positional": [
+        ("CONTEXT_STEPS = 1000 ", "CONTEXT_STEPS = 4 "),
+        ("N_KEYS = 10 ", "N_KEYS = 1 "),
+    ],
     "05-blocks": [
         ("WARMUP_STEPS = 100\nruns = warmup_experiment(WARMUP_STEPS, ",
          "WARMUP_STEPS = 2\nruns = warmup_experiment(WARMUP_STEPS, steps=4, "),

@@ -26,6 +26,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: Public names no notebook needs, and why. Keep each reason to one line.
 NOT_FOR_NOTEBOOKS = {
+    "held_out_windows": "the windows toolkit.long_context.measure reads; notebooks call measure",
+    "model_variants": "the models and methods measure loops over; notebooks call measure",
+    "train_position_model": "one training run of trained_models, which notebooks call",
+    "PositionedAttention": "a layer of PositionGPT; notebooks build models with position_model",
+    "PositionBlock": "a layer of PositionGPT; notebooks build models with position_model",
+    "RMSNormGain": "a layer of PositionGPT; notebooks build models with position_model",
+    "SwiGLUFeedForward": "a layer of PositionGPT; notebooks build models with position_model",
+    "PositionGPT": "what position_model returns; notebooks call position_model",
+    "use_position_functions": "how trained_models and measure take a student's apply_rope (fns=)",
+    "PositionModelConfig": "a PositionGPT's sizes; notebooks call position_model",
     "check_step_sizes": "an argument check of toolkit.ssm; no notebook calls it",
     "main": "the command line `python -m toolkit.train`; lecture 07 trains through train()",
     "Unwritten": "friendly_errors' reading of a stub's message; notebooks call friendly_errors()",

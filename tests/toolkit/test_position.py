@@ -480,6 +480,35 @@ def test_longrope_matches_hf(hf_rope):
     assert torch.equal(P.longrope_inv_freq(d, 10000.0, [1.0] * (d // 2)), P.rope_inv_freq(d))
 
 
+@pytest.mark.parametrize("d, L, s, base, phi3_style", [
+    (32, 1024, 4.0, 10000.0, False),
+    (96, 4096, 32.0, 10000.0, True),   # Phi-3-mini-128k: 4k -> 128k, factor from the lengths
+    (64, 2048, 8.0, 500000.0, True),
+    (16, 300, 2.5, 10000.0, False),
+])
+def test_longrope_switch_and_attention_factor_match_hf(hf_rope, d, L, s, base, phi3_style):
+    """The short/long switch on the length and sqrt(1 + ln s / ln L), against HF's init."""
+    config, fns = hf_rope
+    g = _gen(d + L)
+    short = (1 + 0.5 * torch.rand(d // 2, generator=g)).tolist()
+    long = (1 + 20 * torch.rand(d // 2, generator=g)).sort().values.tolist()
+    params = {"rope_type": "longrope", "rope_theta": base, "short_factor": short,
+              "long_factor": long, "original_max_position_embeddings": L}
+    if not phi3_style:
+        params["factor"] = s  # Phi-3 configs leave it out: HF takes max / original
+    cfg = config(params, d, int(s * L))
+    for seq_len in (1, L // 2, L - 1, L, L + 1, 2 * L + 7, int(s * L)):
+        hf_inv, hf_factor = fns["longrope"](cfg, None, seq_len=seq_len)
+        inv, factor = P.longrope_inv_freq_and_attention_factor(d, base, short, long, seq_len, L, s)
+        assert torch.allclose(inv, hf_inv, rtol=1e-6, atol=0), seq_len
+        assert factor == pytest.approx(hf_factor, rel=1e-12), seq_len
+        assert (seq_len > L) == (not torch.allclose(inv, P.longrope_inv_freq(d, base, short)))
+    _, one = P.longrope_inv_freq_and_attention_factor(d, base, short, long, 2 * L, L, 1.0)
+    assert one == 1.0
+    with pytest.raises(ValueError, match="seq_len"):
+        P.longrope_inv_freq_and_attention_factor(d, base, short, long, 0, L, s)
+
+
 # --------------------------------------------------------------------------- #
 # ALiBi                                                                        #
 # --------------------------------------------------------------------------- #

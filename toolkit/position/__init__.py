@@ -54,6 +54,7 @@ from toolkit.position.rope import (
 from toolkit.position.rope_scaling import (
     longrope_attention_factor,
     longrope_inv_freq,
+    longrope_inv_freq_and_attention_factor,
     ntk_base,
     rope_inv_freq_dynamic_ntk,
     rope_inv_freq_linear,
@@ -81,6 +82,7 @@ __all__ = [
     "yarn_inv_freq_and_temperature",
     "longrope_inv_freq",
     "longrope_attention_factor",
+    "longrope_inv_freq_and_attention_factor",
     "geometric_slopes",
     "alibi_slopes",
     "alibi_bias",

@@ -237,3 +237,43 @@ def longrope_attention_factor(scale: float, original_max_position_embeddings: in
     if scale <= 1:
         return 1.0
     return math.sqrt(1 + math.log(scale) / math.log(original_max_position_embeddings))
+
+
+def longrope_inv_freq_and_attention_factor(
+    d_head: int,
+    base: float,
+    short_factor,
+    long_factor,
+    seq_len: int,
+    original_max_position_embeddings: int,
+    scale: float,
+    *,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[Tensor, float]:
+    """LongRoPE as a checkpoint runs it (HF ``"longrope"`` rope type, Phi-3): switch and factor.
+
+    Two factor sets ship with the model: ``short_factor`` for inputs that fit the
+    original window and ``long_factor`` for longer ones. With
+    ``L = original_max_position_embeddings`` and ``T = seq_len`` (HF:
+    ``max(position_ids) + 1``):
+
+        lambda = long_factor if T > L else short_factor      (T = L is still short)
+        theta'_i = theta_i / lambda_i
+        attention_factor = sqrt(1 + ln s / ln L)              (1 when s <= 1)
+
+    The attention factor depends on ``s`` alone, not on ``T``: HF computes it once and
+    multiplies cos and sin by it for short and long inputs alike, so it scales both q and
+    k and the logits grow by its square, ``1 + ln s / ln L``. ``scale`` is HF's
+    ``factor``; a Phi-3 config leaves it out and HF takes
+    ``max_position_embeddings / original_max_position_embeddings``.
+
+    Returns:
+        ``(inv_freq, attention_factor)``: ``(d_head / 2,)`` tensor of ``dtype`` and a float.
+    """
+    check_int("seq_len", seq_len)
+    check_context_scale(scale)
+    long = seq_len > original_max_position_embeddings  # past the original window
+    factors = long_factor if long else short_factor
+    inv_freq = longrope_inv_freq(d_head, base, factors, dtype=dtype)  # theta_i / lambda_i
+    attention_factor = longrope_attention_factor(scale, original_max_position_embeddings)
+    return inv_freq, attention_factor

@@ -51,6 +51,11 @@ from toolkit.widgets.position.long_context import (
     longrope_example_factors,
     plot_long_context,
 )
+from toolkit.widgets.position.measured import (
+    context_extension_explorer,
+    passkey_table,
+    plot_context_extension,
+)
 from toolkit.widgets.position.rope import (
     METHOD_COLORS,
     plot_rope_rotation,
@@ -63,10 +68,13 @@ __all__ = [
     "METHODS",
     "METHOD_COLORS",
     "alibi_explorer",
+    "context_extension_explorer",
     "extension_inv_freq",
     "long_context_explorer",
     "longrope_example_factors",
+    "passkey_table",
     "plot_alibi_heads",
+    "plot_context_extension",
     "plot_long_context",
     "plot_rope_rotation",
     "plot_rope_spectrum",
