@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import toolkit_contents as contents
 
-from toolkit.widgets import BUILDERS
+from toolkit.widgets import BUILDERS, RESULT_VIEWERS
 
 
 def test_every_module_named_exists_and_teaching_modules_have_one_home():
@@ -74,7 +74,8 @@ def test_every_lecture_named_runs_the_concepts_code():
 
 
 def test_every_widget_named_shows_the_concepts_code():
-    builders = {b for names in BUILDERS.values() for b in names}
+    builders = {b for table in (BUILDERS, RESULT_VIEWERS) for names in table.values()
+                for b in names}
     for concept in contents.CONCEPTS:
         names = contents.concept_names(concept)
         for builder in concept.widgets:

@@ -74,6 +74,12 @@ PARTS = {
                 ("train_short_test_long_explorer", "long_context_explorer")),
         Concept("Relative biases: ALiBi, T5 buckets", ("toolkit.position.biases",),
                 ("02-positional",), ("alibi_explorer",)),
+        Concept("Context extension measured: loss by position and a passkey probe on small "
+                "models trained at one length",
+                ("toolkit.long_context.models", "toolkit.long_context.evaluation",
+                 "toolkit.long_context.passkey", "toolkit.long_context.experiment",
+                 "toolkit.long_context.__main__"),
+                ("02-positional",), ("context_extension_explorer",)),
     ),
     "03-efficient-attention": (
         Concept("Sparse attention patterns", ("toolkit.masks.sparse",),

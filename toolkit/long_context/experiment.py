@@ -241,6 +241,18 @@ def measure(models: dict, train_len: int, *, lengths=(1, 2, 4, 8), n_windows: in
     return results
 
 
+def passkey_table(results: dict) -> dict[str, dict[int, float | None]]:
+    """``{label: {multiple of L: mean accuracy over depths, or None}}``."""
+    table = {}
+    for label, cells in results["passkey"].items():
+        by_length: dict[int, list] = {}
+        for (multiple, _), accuracy in cells.items():
+            by_length.setdefault(multiple, []).append(accuracy)
+        table[label] = {m: (None if any(a is None for a in accs) else sum(accs) / len(accs))
+                        for m, accs in sorted(by_length.items())}
+    return table
+
+
 def results_table(results: dict) -> str:
     """The measurement as text: mean loss per band of positions, passkey accuracy per length."""
     L = results["train_len"]
@@ -254,10 +266,7 @@ def results_table(results: dict) -> str:
         loss = results["loss"][label]
         cells = "".join(f"{loss[a:b].mean().item():>12.3f}" if len(loss) >= b else f"{'n/a':>12}"
                         for a, b in bands)
-        by_length: dict[int, list] = {}
-        for (m, _), accuracy in results["passkey"][label].items():
-            by_length.setdefault(m, []).append(accuracy)
-        keys = "  ".join(f"{m}L {'n/a' if None in accs else f'{sum(accs) / len(accs):.0%}'}"
-                         for m, accs in sorted(by_length.items()))
+        keys = "  ".join(f"{m}L {'n/a' if accuracy is None else f'{accuracy:.0%}'}"
+                         for m, accuracy in passkey_table(results)[label].items())
         lines.append(f"{label:<20}{cells}   {keys}")
     return "\n".join(lines)

@@ -69,3 +69,9 @@ BUILDERS = {
     "generation": ("sampling_playground", "side_by_side_generation"),
     "seq2seq": ("cross_attention_explorer", "beam_explorer"),
 }
+
+#: Widgets that draw what the student measured (a ``results`` dict their own evaluation
+#: functions made) rather than calling their functions, by package.
+RESULT_VIEWERS = {
+    "position": ("context_extension_explorer",),
+}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from matplotlib.figure import Figure
 
+from toolkit.long_context.experiment import passkey_table
 from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
 
 _COLORS = {"rope": "tab:blue", "learned": "tab:brown", "alibi": "tab:green", "none": "black",
@@ -26,18 +27,6 @@ def _binned(loss: torch.Tensor, width: int) -> tuple[list[float], list[float]]:
     means = loss[:n].view(-1, width).mean(dim=1)
     centres = (torch.arange(len(means)) * width + width / 2).tolist()
     return centres, means.tolist()
-
-
-def passkey_table(results: dict) -> dict[str, dict[int, float | None]]:
-    """``{label: {multiple of L: mean accuracy over depths, or None}}``."""
-    table = {}
-    for label, cells in results["passkey"].items():
-        by_length: dict[int, list] = {}
-        for (multiple, _), accuracy in cells.items():
-            by_length.setdefault(multiple, []).append(accuracy)
-        table[label] = {m: (None if any(a is None for a in accs) else sum(accs) / len(accs))
-                        for m, accs in sorted(by_length.items())}
-    return table
 
 
 def plot_context_extension(results: dict, smooth: int = 32, variant: str | None = None
