@@ -244,7 +244,9 @@ print(f"Mamba's B_bar = delta B differs from the ZOH's by at most "
 # 1), which is what makes the linear-time recurrent form possible. The quadratic "attention" form is better
 # for GPUs' matrix units on short chunks, the recurrent form for long sequences and
 # generation; Mamba-2 uses the first inside chunks and the second across them, just like
-# RetNet.
+# RetNet. (In Assignment 06 you write all of it: the mask `semiseparable_mask`, the
+# attention form `ssd_attention` and the chunked form `ssd_chunked`, each checked against
+# the recurrence `toolkit.ssm.ssd_recurrent`; and the parallel scan of section 4.)
 #
 # Check it with the toolkit's selective scan, giving every state dimension of a channel
 # the same $A$:

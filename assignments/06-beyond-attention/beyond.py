@@ -31,7 +31,7 @@
 # |---|---|---|
 # | 1 | `top_k_gating` (both gate conventions), `load_balancing_loss` | 2 + 2 |
 # | 2 | `apply_capacity`, `sorted_dispatch`, `SparseMoE.forward` | 3 |
-# | 3 | `discretize_zoh`, `selective_scan` (Mamba, sequential) | 2 + 3 |
+# | 3 | `discretize_zoh`, `selective_scan` (Mamba, sequential), `associative_scan` (parallel), Mamba-2's duality: `semiseparable_mask` + `ssd_attention`, `ssd_chunked` | 2 + 3 + 2 + 2 + 2 |
 # | 4 | `wkv_recurrent`, RWKV's numerically stable recurrence | 3 |
 # | 5 | `GatedAttentionUnit.forward` | 2 |
 # | 6 | a short written answer: when is a hybrid (attention + SSM) the right choice? | 2 (read by a person) |
@@ -74,6 +74,7 @@ from toolkit.arguments import (
     check_routing,
     check_selective_inputs,
     check_sequence,
+    check_ssd_inputs,
     check_top_k,
     check_wkv_inputs,
     check_zoh_inputs,
@@ -682,8 +683,8 @@ ssm_kernel_explorer(fns={"discretize_zoh": discretize_zoh})
 #
 # The parameters change with $t$, so there is no fixed kernel to convolve with. Write the
 # scan as a loop **over time** (axis 1 of `u`), in order: $h_t$ may only depend on
-# inputs $0..t$. (The toolkit also has the parallel version, an associative scan in
-# $\log_2 L$ rounds, `toolkit.ssm.selective_scan_parallel`: the lecture explains it.)
+# inputs $0..t$. (Exercise 3c then computes the same scan in parallel, in $\log_2 L$
+# rounds.)
 #
 # Shapes: `u, delta: (batch, L, d_inner)`, `A_log: (d_inner, N)`, `B, C: (batch, L, N)`,
 # `D: (d_inner,)`, the state `h: (batch, d_inner, N)`.
@@ -773,6 +774,329 @@ u2[:, 5:] += 1.0  # change the future
 assert torch.allclose(selective_scan(u2, delta, A_log, B, C, D)[:, :5], y[:, :5]), (
     "changing inputs 5.. changed outputs 0..4: the future leaks. Scan over the time axis (dim 1).")
 print("✓ selective_scan passes the visible checks")
+
+# %% [markdown]
+# ### The parallel scan
+#
+# Your scan takes $L$ sequential steps: fine for generation, slow for training on a
+# GPU. Mamba trains with a **parallel scan**. Each step is the affine map
+# $h \mapsto a_t h + b_t$ (elementwise, with $a_t = e^{\Delta_t A}$ and
+# $b_t = \Delta_t B_t u_t$), and doing step $(a_1, b_1)$ and then step $(a_2, b_2)$ is
+# again one affine map:
+#
+# $$ (a_1, b_1) \bullet (a_2, b_2) = (a_2 a_1,\; a_2 b_1 + b_2). $$
+#
+# The order matters: $a_2 b_1 + b_2$ is "the earlier state, decayed by the later step,
+# plus the later input", never $a_1 b_2 + b_1$. The operator is associative, so the $L$
+# prefixes $h_t = (a_0, b_0) \bullet \dots \bullet (a_t, b_t)$ can be computed like a
+# prefix sum in $\lceil \log_2 L \rceil$ rounds. Hillis and Steele's form: in round $r$
+# every position $t$ combines with what position $t - 2^r$ holds (positions before the
+# start combine with the identity $(a, b) = (1, 0)$); after the last round position $t$
+# holds the composition of all steps $0..t$, and its $b$ is $h_t$ (from $h_{-1} = 0$).
+# A work-efficient (Blelloch) up- and down-sweep or an even/odd recursion are just as
+# welcome: any order of combining that respects the operator gives the same numbers.
+#
+# What is asked: **a number of tensor operations that grows like $\log L$, not like $L$**.
+# A Python loop over the time steps is the sequential scan again; the checks count the
+# tensor operations your function performs on a long input (a loop over the
+# $\log_2 L$ rounds is of course fine).
+#
+# ### Exercise 3c: the associative scan
+
+# %% nbgrader={"grade": false, "grade_id": "associative_scan", "locked": false, "schema_version": 3, "solution": true}
+def associative_scan(a: Tensor, b: Tensor, dim: int = 1) -> Tensor:
+    """All prefixes of ``h_t = a_t h_{t-1} + b_t`` (``h_{-1} = 0``) in ``ceil(log2 L)`` rounds.
+
+    Args:
+        a, b: tensors of the same shape (any number of axes, any float dtype); ``dim``
+            (negative allowed) is the time axis, of length ``L >= 0``.
+
+    Returns:
+        ``h``, the shape and dtype of ``b``: ``h_t = a_t h_{t-1} + b_t`` along ``dim``.
+
+    Operator: ``(a_1, b_1) . (a_2, b_2) = (a_2 a_1, a_2 b_1 + b_2)`` (first step first).
+    Hints: ``Tensor.movedim(dim, 0)`` puts time first; ``torch.cat``, ``torch.ones_like``,
+    ``torch.zeros_like`` build the shifted copies; no loop over the time steps.
+    """
+    if a.shape != b.shape:
+        raise ValueError(
+            f"a and b must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}"
+        )
+    ### BEGIN SOLUTION
+    a, b = a.movedim(dim, 0), b.movedim(dim, 0)
+    offset = 1
+    while offset < a.size(0):
+        # Compose every step with the block ending `offset` earlier; before the start
+        # stands the identity map (a, b) = (1, 0).
+        a_prev = torch.cat([torch.ones_like(a[:offset]), a[:-offset]])
+        b_prev = torch.cat([torch.zeros_like(b[:offset]), b[:-offset]])
+        a, b = a * a_prev, a * b_prev + b  # (a_2 a_1, a_2 b_1 + b_2)
+        offset *= 2
+    return b.movedim(0, dim)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_associative_scan", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+a = torch.tensor([0.5, 2.0, 0.0, 1.0], dtype=torch.float64)
+b = torch.tensor([1.0, 1.0, 3.0, -1.0], dtype=torch.float64)
+h = associative_scan(a, b, dim=0)
+# h_0 = 1, h_1 = 2 * 1 + 1 = 3, h_2 = 0 * 3 + 3 = 3, h_3 = 1 * 3 - 1 = 2
+assert torch.allclose(h, torch.tensor([1.0, 3.0, 3.0, 2.0], dtype=torch.float64)), (
+    f"expected h = [1, 3, 3, 2], got {h.tolist()}. The operator is (a_2 a_1, a_2 b_1 + b_2): "
+    "the earlier b is multiplied by the later a")
+
+
+def _loop(a, b):  # the sequential scan along axis 1, to compare with
+    h, out = torch.zeros_like(b[:, 0]), []
+    for t in range(b.size(1)):
+        h = a[:, t] * h + b[:, t]
+        out.append(h)
+    return torch.stack(out, 1)
+
+
+a, b = torch.rand(2, 37, 3, dtype=torch.float64), torch.randn(2, 37, 3, dtype=torch.float64)
+assert torch.allclose(associative_scan(a, b), _loop(a, b)), "differs from the sequential loop (L = 37)"
+assert torch.allclose(associative_scan(a.transpose(1, 2), b.transpose(1, 2), dim=-1),
+                      _loop(a, b).transpose(1, 2)), "dim=-1: the time axis is the last one"
+
+# The same numbers as your sequential selective_scan of 3b, through the parallel scan.
+u, delta = torch.randn(2, 9, 4, dtype=torch.float64), torch.rand(2, 9, 4, dtype=torch.float64)
+A_log, B, C = torch.randn(4, 3, dtype=torch.float64), torch.randn(2, 9, 3, dtype=torch.float64), \
+    torch.randn(2, 9, 3, dtype=torch.float64)
+A_bar = torch.exp(delta[..., None] * -torch.exp(A_log))  # a_t: (batch, L, d_inner, N)
+h = associative_scan(A_bar, delta[..., None] * B[:, :, None, :] * u[..., None], dim=1)
+assert torch.allclose((h * C[:, :, None, :]).sum(-1), selective_scan(u, delta, A_log, B, C)), (
+    "y_t = C_t h_t from the parallel scan differs from your sequential selective_scan")
+
+# A parallel scan: the number of tensor operations grows like log L, not like L.
+from torch.overrides import TorchFunctionMode  # noqa: E402
+
+
+class CountOps(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+with CountOps() as counter:
+    associative_scan(torch.rand(4096, 2), torch.randn(4096, 2), dim=0)
+assert counter.n < 1024, (
+    f"{counter.n} tensor operations for L = 4096: that is a loop over time. Combine every "
+    "position with the one 2^r steps back, for r = 0, 1, ... (about 12 rounds)")
+print(f"✓ associative_scan passes the visible checks ({counter.n} tensor operations for L = 4096)")
+
+# %% [markdown]
+# ### Mamba-2: the scan is a masked attention
+#
+# Mamba-2 (Dao and Gu, arXiv 2405.21060, "structured state-space duality") restricts $A$
+# to **one scalar per head**: at step $t$ every channel and every state dimension of head
+# $h$ decays by the same $a_t = e^{\Delta_t A_h} \in (0, 1]$. A head holds $P$ channels
+# $x_t \in \mathbb{R}^P$ (already multiplied by $\Delta_t$) and its state is a $P \times N$
+# matrix:
+#
+# $$ h_t = a_t h_{t-1} + x_t B_t^\top, \qquad y_t = h_t C_t . $$
+#
+# Unroll it from $h_{-1} = 0$:
+#
+# $$ y_i = \sum_{j \le i} \underbrace{a_i a_{i-1} \cdots a_{j+1}}_{L_{ij}}
+#          \,(C_i \cdot B_j)\, x_j,
+#    \qquad\text{that is}\qquad y = (L \circ C B^\top)\, x . $$
+#
+# Attention without a softmax: $C$ plays the queries, $B$ the keys, $x$ the values, and
+# the causal **decay mask** $L$ replaces the softmax's normalisation:
+#
+# * $L_{ij} = a_i a_{i-1} \cdots a_{j+1}$ for $j \le i$: the decays of the steps **after**
+#   $j$, up to and including $i$. Token $j$ enters the state at step $j$ undecayed
+#   ($x_j B_j^\top$ is added after multiplying by $a_j$), so $a_j$ is **not** in the
+#   product, and the diagonal is the empty product, $L_{ii} = 1$.
+# * $L_{ij} = 0$ for $j > i$ (the future).
+# * Compute it from the logs, $L_{ij} = \exp\big(\sum_{j < r \le i} \log a_r\big)$: a ratio
+#   of cumulative products $\frac{a_0 \cdots a_i}{a_0 \cdots a_j}$ is the same number on
+#   paper, and $0/0$ in float32 after a few hundred steps. The hidden checks use 2000.
+#
+# Since $L_{ij} = \frac{a_0 \cdots a_i}{a_0 \cdots a_j}$, every block of $L$ on or below
+# the diagonal has rank 1: $L$ is **1-semiseparable**, the structure that lets the
+# linear-time recurrence compute the same product as the quadratic form.
+#
+# Shapes (Mamba-2's `ssd_minimal` layout): `x (batch, L, H, P)`, `log_a (batch, L, H)`
+# with $\log a_t = \Delta_t A_h \le 0$ (finite), `B, C (batch, L, H, N)`, the state
+# `(batch, H, P, N)`. The recurrent form is given: `toolkit.ssm.ssd_recurrent`, which the
+# test cell compares with (and which, like the other references, is switched off while
+# the hidden checks run).
+#
+# ### Exercise 3d: the semiseparable mask and the attention form
+
+# %% nbgrader={"grade": false, "grade_id": "semiseparable_mask", "locked": false, "schema_version": 3, "solution": true}
+def semiseparable_mask(log_a: Tensor) -> Tensor:
+    """The decay mask ``L_ij = a_i a_{i-1} ... a_{j+1}`` on and below the diagonal, 0 above.
+
+    Args:
+        log_a: ``(..., L)`` the log decays ``log a_t <= 0``, time on the last axis.
+
+    Returns:
+        ``(..., L, L)`` in the dtype of ``log_a``: row ``i`` is the query's step, column
+        ``j`` the key's; 1 on the diagonal, 0 above it.
+
+    Compute ``exp`` of segment sums ``sum_{j < r <= i} log a_r``, not a ratio of
+    cumulative products. Hints: ``log_a[..., :, None].expand(*log_a.shape, L)`` gives
+    ``terms[..., r, j] = log a_r``; ``torch.ones(L, L, dtype=torch.bool).tril(-1)``,
+    ``masked_fill``, ``cumsum(dim=-2)``.
+    """
+    ### BEGIN SOLUTION
+    L = log_a.size(-1)
+    after_j = torch.ones(L, L, dtype=torch.bool, device=log_a.device).tril(-1)  # r > j
+    terms = log_a[..., :, None].expand(*log_a.shape, L)  # terms[..., r, j] = log a_r
+    segment = terms.masked_fill(~after_j, 0.0).cumsum(dim=-2)  # sum_{j < r <= i} log a_r
+    causal = torch.ones(L, L, dtype=torch.bool, device=log_a.device).tril()  # j <= i
+    return torch.exp(segment).masked_fill(~causal, 0.0)  # 0 above the diagonal
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": false, "grade_id": "ssd_attention", "locked": false, "schema_version": 3, "solution": true}
+def ssd_attention(x: Tensor, log_a: Tensor, B: Tensor, C: Tensor) -> Tensor:
+    """The scalar-decay SSM as one masked "attention": ``y = (L o C B^T) x``, from a zero state.
+
+    Args:
+        x: ``(batch, L, H, P)``; log_a: ``(batch, L, H)``; B, C: ``(batch, L, H, N)``.
+
+    Returns:
+        ``(batch, L, H, P)``: ``y_i = sum_{j <= i} L_ij (C_i . B_j) x_j`` per head.
+
+    Hints: your ``semiseparable_mask`` on ``log_a.transpose(1, 2)`` gives
+    ``(batch, H, L, L)``; ``torch.einsum("bihn,bjhn->bhij", C, B)`` the scores.
+    """
+    check_ssd_inputs(x, log_a, B, C)
+    ### BEGIN SOLUTION
+    mask = semiseparable_mask(log_a.transpose(1, 2))  # (batch, H, L, L): L_ij per head
+    scores = torch.einsum("bihn,bjhn->bhij", C, B)  # C_i . B_j: queries C, keys B
+    return torch.einsum("bhij,bjhp->bihp", mask * scores, x)  # y = (L o C B^T) x
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ssd_attention", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+a = torch.tensor([0.5, 0.8, 0.25], dtype=torch.float64)
+mask = semiseparable_mask(a.log())
+expected = torch.tensor([[1.0, 0.0, 0.0],
+                         [0.8, 1.0, 0.0],
+                         [0.8 * 0.25, 0.25, 1.0]], dtype=torch.float64)
+assert mask.shape == (3, 3), f"expected (L, L) = (3, 3), got {tuple(mask.shape)}"
+if torch.allclose(mask.tril(), torch.tensor([[0.5, 0, 0], [0.4, 0.8, 0], [0.1, 0.2, 0.25]],
+                                            dtype=torch.float64)):
+    raise AssertionError("your L_ij includes a_j (L_ii = a_i): token j enters the state after "
+                         "the decay of step j, so L_ij = a_i ... a_{j+1} and L_ii = 1")
+assert torch.allclose(mask.triu(1), torch.zeros(3, 3, dtype=torch.float64)), (
+    "the mask must be 0 above the diagonal: a query never reads a later key")
+assert torch.allclose(mask, expected), f"expected {expected.tolist()}, got {mask.tolist()}"
+long_mask = semiseparable_mask(torch.full((2000,), -1.0))
+assert torch.isfinite(long_mask).all(), (
+    "inf or NaN for L = 2000: use segment sums of the logs, not a ratio of cumulative products")
+
+from toolkit.ssm import ssd_recurrent  # noqa: E402  the recurrent form, to compare with
+
+x, log_a = torch.randn(2, 10, 3, 4, dtype=torch.float64), -torch.rand(2, 10, 3, dtype=torch.float64)
+B, C = torch.randn(2, 10, 3, 5, dtype=torch.float64), torch.randn(2, 10, 3, 5, dtype=torch.float64)
+y = ssd_attention(x, log_a, B, C)
+assert y.shape == (2, 10, 3, 4), f"expected (batch, L, H, P) = (2, 10, 3, 4), got {tuple(y.shape)}"
+assert torch.allclose(y, ssd_recurrent(x, log_a, B, C)), (
+    "the masked attention differs from the recurrence h_t = a_t h_(t-1) + x_t B_t^T, "
+    "y_t = h_t C_t")
+
+# Mamba's selective scan (3b) with one A per channel is this with P = 1 channel per head,
+# x = delta * u, log a = delta * A and B, C shared by every head.
+u, delta = torch.randn(1, 8, 3, dtype=torch.float64), torch.rand(1, 8, 3, dtype=torch.float64)
+A_log = torch.randn(3, 1, dtype=torch.float64).expand(3, 4).contiguous()  # scalar A per channel
+B, C = torch.randn(1, 8, 4, dtype=torch.float64), torch.randn(1, 8, 4, dtype=torch.float64)
+y = ssd_attention((delta * u)[..., None], delta * -torch.exp(A_log[:, 0]),
+                  B[:, :, None].expand(1, 8, 3, 4), C[:, :, None].expand(1, 8, 3, 4))
+assert torch.allclose(y[..., 0], selective_scan(u, delta, A_log, B, C)), (
+    "the masked attention differs from your selective_scan with a scalar A per channel")
+print("✓ semiseparable_mask and ssd_attention pass the visible checks")
+
+# %% [markdown]
+# ### The chunked form: quadratic inside, recurrent between
+#
+# The attention form costs $O(L^2)$; the recurrence is $L$ small sequential steps.
+# Mamba-2 trains with both: cut the sequence into chunks of $Q$ tokens, use the
+# attention form **inside** each chunk, and carry the $P \times N$ state **between**
+# chunks. For a chunk with steps $0..Q-1$ (numbered within the chunk) entered with the
+# state $h$ (zeros before the first chunk, or `state` when given):
+#
+# $$ y_i = \big[(L \circ C B^\top)\, x\big]_i + (a_0 a_1 \cdots a_i)\; h\, C_i ,$$
+# $$ h \leftarrow (a_0 \cdots a_{Q-1})\, h + \sum_{j} (a_{j+1} \cdots a_{Q-1})\, x_j B_j^\top . $$
+#
+# The first line reads the carried state, decayed by every step of the chunk up to $i$
+# (including $a_0$: the state entered before step 0); the second hands the state to the
+# next chunk. The last chunk may be shorter ($L$ need not be a multiple of $Q$). With
+# $Q = L$ it is the attention form plus the carried state; with $Q = 1$ it is the
+# recurrence. Use your `ssd_attention` for the first term, and `cumsum` of `log_a`
+# within the chunk for the decays: $\log(a_0 \cdots a_i)$ is `log_a[:, chunk].cumsum(1)`.
+#
+# ### Exercise 3e: the chunked scan
+
+# %% nbgrader={"grade": false, "grade_id": "ssd_chunked", "locked": false, "schema_version": 3, "solution": true}
+def ssd_chunked(
+    x: Tensor,
+    log_a: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int,
+    state: Tensor | None = None,
+    return_state: bool = False,
+):
+    """Mamba-2's chunked form: the attention form inside chunks, the recurrence between them.
+
+    Args:
+        x: ``(batch, L, H, P)``; log_a: ``(batch, L, H)``; B, C: ``(batch, L, H, N)``.
+        chunk_size: ``Q >= 1`` tokens per chunk; the last chunk may be shorter.
+        state: ``(batch, H, P, N)`` to continue from (default zeros).
+        return_state: also return the state after the last step.
+
+    Returns:
+        ``y`` ``(batch, L, H, P)``, or ``(y, state)``; equal to ``ssd_recurrent``.
+
+    Hints: ``for start in range(0, L, chunk_size)``; ``torch.einsum("bhpn,bihn->bihp",
+    h, C_chunk)`` reads the state; ``torch.einsum("bjh,bjhp,bjhn->bhpn", ...)`` writes it.
+    """
+    check_ssd_inputs(x, log_a, B, C)
+    check_int("chunk_size", chunk_size)
+    batch, L, H, P = x.shape
+    h = x.new_zeros(batch, H, P, B.size(-1)) if state is None else state
+    ### BEGIN SOLUTION
+    ys = []
+    for start in range(0, L, chunk_size):
+        chunk = slice(start, start + chunk_size)
+        xc, ac, Bc, Cc = x[:, chunk], log_a[:, chunk], B[:, chunk], C[:, chunk]
+        cum = ac.cumsum(dim=1)  # (batch, Q, H): log(a_0 ... a_i) within the chunk
+        inside = ssd_attention(xc, ac, Bc, Cc)  # the chunk's own tokens: quadratic form
+        carried = torch.einsum("bhpn,bihn->bihp", h, Cc) * cum.exp()[..., None]  # (a_0..a_i) h C_i
+        ys.append(inside + carried)
+        to_end = torch.exp(cum[:, -1:] - cum)  # a_{j+1} ... a_{Q-1}: (batch, Q, H)
+        written = torch.einsum("bjh,bjhp,bjhn->bhpn", to_end, xc, Bc)  # the chunk's own tokens
+        h = cum[:, -1].exp()[..., None, None] * h + written  # (a_0 ... a_{Q-1}) h + written
+    y = torch.cat(ys, dim=1) if ys else x.new_zeros(x.shape)
+    return (y, h) if return_state else y
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ssd_chunked", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+x, log_a = torch.randn(2, 11, 3, 4, dtype=torch.float64), -torch.rand(2, 11, 3, dtype=torch.float64)
+B, C = torch.randn(2, 11, 3, 5, dtype=torch.float64), torch.randn(2, 11, 3, 5, dtype=torch.float64)
+y, h = ssd_recurrent(x, log_a, B, C, return_state=True)
+for Q in (1, 3, 4, 11):
+    y_chunked, h_chunked = ssd_chunked(x, log_a, B, C, Q, return_state=True)
+    assert y_chunked.shape == (2, 11, 3, 4), f"expected (2, 11, 3, 4), got {tuple(y_chunked.shape)}"
+    assert torch.allclose(y_chunked, y), (
+        f"chunk_size={Q}: differs from the recurrence. Does each chunk read the state carried "
+        "in, decayed by a_0 ... a_i, and hand on (a_0 ... a_(Q-1)) h + its own tokens?")
+    assert torch.allclose(h_chunked, h), f"chunk_size={Q}: the returned state differs"
+y1, h1 = ssd_chunked(x[:, :6], log_a[:, :6], B[:, :6], C[:, :6], 4, return_state=True)
+y2 = ssd_chunked(x[:, 6:], log_a[:, 6:], B[:, 6:], C[:, 6:], 4, state=h1)
+assert torch.allclose(torch.cat([y1, y2], 1), y), "continuing from `state` must give the same output"
+print("✓ ssd_chunked passes the visible checks")
 
 # %% [markdown]
 # In the full Mamba block (`toolkit.ssm.MambaMixer`, equal to Hugging Face's
