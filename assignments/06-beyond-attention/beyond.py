@@ -220,8 +220,12 @@ print("✓ top_k_gating passes the visible checks")
 # this function must equal; Hugging Face takes only a tuple and returns 0 for a bare
 # tensor, where yours treats it as one layer): the router logits of **every layer** count together (pass a
 # tuple, one `(n_tokens, E)` tensor per layer), and **padding** tokens (`attention_mask`
-# 0) count in neither $f$ nor $P$. The given code turns both into one logits tensor and a
-# per-token weight `weight` (1 = real token, 0 = padding): average with it.
+# 0) count in neither $f$ nor $P$. The given first line,
+# `logits, weight = flatten_router_logits(router_logits, attention_mask)`, turns both into
+# one logits tensor `(n, E)`, every layer's tokens one after the other (layer 0's first),
+# and a weight per row `weight` `(n,)`, in the dtype of the logits: 1.0 for a real token,
+# 0.0 for padding, all ones when `attention_mask` is `None`. Average with it:
+# $f_i = \sum_t w_t [i \in \text{top-}k_t] / \sum_t w_t$, and the same for $P_i$.
 #
 # ### Exercise 1b: the load-balancing loss
 
@@ -316,7 +320,8 @@ router_load_explorer(
 #
 # $$ \text{capacity} = \left\lceil \text{capacity factor} \times \frac{k \, T}{E} \right\rceil $$
 #
-# places per expert (`expert_capacity`, given). A factor of 1 fits a perfectly even
+# places per expert: `expert_capacity(n_tokens, n_experts, k, capacity_factor=1.0) -> int`,
+# given. Every token takes $k$ places, so `k` has no default: pass the layer's. A factor of 1 fits a perfectly even
 # split; Switch trains with 1.0 to 1.25. When more assignments than that arrive at an
 # expert, the extra ones are **dropped**: the expert skips them, the token keeps only its
 # other experts' answers (the residual connection around the layer carries it on), and
@@ -326,7 +331,7 @@ router_load_explorer(
 # **count** them: a training loop logs that number.
 #
 # Hint: list the assignments in that order (`indices.t().reshape(-1)`), one-hot them
-# `(k * T, E)`, and a cumulative sum down the list tells each assignment its place in its
+# `(k * T, E)` (`F.one_hot` takes int64 indices: `.long()` first), and a cumulative sum down the list tells each assignment its place in its
 # expert's queue.
 #
 # ### Exercise 2a: capacity and dropped tokens
@@ -346,7 +351,10 @@ def apply_capacity(indices: Tensor, n_experts: int, capacity: int) -> tuple[Tens
         Places go to every token's first choice (in token order), then every second
         choice, and so on.
 
-    Hints: ``indices.t().reshape(-1)``, ``F.one_hot(..., n_experts)``,
+    ``indices`` may be int64 or int32 (``check_routing`` accepts both); ``F.one_hot``
+    takes int64 only, so convert with ``.long()`` first.
+
+    Hints: ``indices.t().reshape(-1)``, ``F.one_hot(queue.long(), n_experts)``,
     ``Tensor.cumsum(dim=0)``; ``n_dropped`` must be a Python ``int``.
     """
     check_routing(indices, n_experts)
@@ -354,7 +362,7 @@ def apply_capacity(indices: Tensor, n_experts: int, capacity: int) -> tuple[Tens
     n_tokens, k = indices.shape
     ### BEGIN SOLUTION
     queue = indices.t().reshape(-1)  # slot-major: all first choices, then all second choices
-    one_hot = F.one_hot(queue, n_experts)  # (k * n_tokens, E)
+    one_hot = F.one_hot(queue.long(), n_experts)  # (k * n_tokens, E); one_hot takes int64
     arrival = (one_hot.cumsum(dim=0) * one_hot).sum(-1) - 1  # 0, 1, 2, ... within each expert
     kept = (arrival < capacity).reshape(k, n_tokens).t()  # back to (n_tokens, k)
     return kept, int((~kept).sum())
@@ -580,6 +588,9 @@ print(f"Mixtral 8x7B: {counts['total'] / 1e9:.1f}B parameters, {counts['active']
 # (use `torch.expm1` for $e^x - 1$: it stays accurate for small $x$). Mamba's code
 # simplifies $\bar B$ to $\Delta B$, the first-order (Euler) approximation: close when
 # $\Delta A$ is small, wrong when it is not. **This exercise asks for the exact ZOH.**
+# Exercise 3b (Mamba's scan) does **not** reuse it: it follows Mamba's code with
+# $\bar B = \Delta B$ and keeps only $\bar A = e^{\Delta A}$, so a scan that calls your
+# `discretize_zoh` for $\bar B$ gives other numbers and loses points there.
 #
 # Unrolling the recurrence from $h_{-1} = 0$ gives
 # $y_t = \sum_{l \le t} C \bar A^{l} \bar B \, u_{t-l} + D u_t$: a causal convolution with
@@ -679,7 +690,9 @@ ssm_kernel_explorer(fns={"discretize_zoh": discretize_zoh})
 #    y_t = C_t \cdot h_t + D \, u_t . $$
 #
 # Note $\bar B_t = \Delta_t B_t$: **here** we follow Mamba's code (and Hugging Face's
-# `MambaMixer`) and use the simplified $\bar B$, not the exact ZOH of 3a.
+# `MambaMixer`) and use the simplified $\bar B$, not the exact ZOH of 3a: do not call
+# your `discretize_zoh` for $\bar B$ in this exercise (only $\bar A = e^{\Delta_t A}$ is
+# the same).
 #
 # The parameters change with $t$, so there is no fixed kernel to convolve with. Write the
 # scan as a loop **over time** (axis 1 of `u`), in order: $h_t$ may only depend on
@@ -1145,6 +1158,11 @@ print("✓ ssd_chunked passes the visible checks")
 # function must equal (`time_decay` there is $\log w$). The hidden checks feed it a long
 # sequence of large keys.
 #
+# **Dtype.** Compute in the dtype of `k` and `v`, without upcasting: float64 in gives a
+# float64 output and float64 state, float32 in gives float32. (Hugging Face's CPU path
+# always computes in float32 and casts the output back; on float32 inputs the two agree,
+# and the checks compare float64 inputs with a float64 reference to 1e-9.)
+#
 # ### Exercise 4: the stable WKV recurrence
 
 # %% nbgrader={"grade": false, "grade_id": "wkv_recurrent", "locked": false, "schema_version": 3, "solution": true}
@@ -1257,9 +1275,12 @@ rwkv_decay_explorer(fns={"wkv_recurrent": wkv_recurrent})
 #   $\beta$. With one pair for both, $Q = K$ and every score would be symmetric.
 # * The squared ReLU replaces the softmax; the scores are divided by $n$, the number of
 #   keys: $T$ for a bidirectional unit, and $i + 1$ for query $i$ of a causal one (future
-#   keys get weight exactly 0), so a prefix's outputs never depend on what follows. (The
-#   causal divisor is this course's convention: the paper's code shows only the
-#   bidirectional case.)
+#   keys get weight exactly 0). The causal divisor $i + 1$ is **this course's choice**, not
+#   the paper's (its code shows only the bidirectional unit, divided by $T$). Why: dividing
+#   every row by $T$ would make a prefix's outputs depend on how long the sequence will
+#   become, so a decoder could not generate token by token; dividing row $i$ by its own
+#   number of keys keeps each row a mean over what it sees, as $T$ does for the
+#   bidirectional unit. The checks ask for $i + 1$.
 # * $b$ is an optional position bias (`attn_bias`), added after the division.
 #
 # ### Exercise 5: the gated attention unit
