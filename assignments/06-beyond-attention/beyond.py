@@ -31,6 +31,7 @@
 # |---|---|---|
 # | 1 | `top_k_gating` (both gate conventions), `load_balancing_loss` | 2 + 2 |
 # | 2 | `apply_capacity`, `sorted_dispatch`, `SparseMoE.forward` | 3 |
+# | 2 | a short written answer: what does a sparse expert save? | 3 (read by a person) |
 # | 3 | `discretize_zoh`, `selective_scan` (Mamba, sequential), `associative_scan` (parallel), Mamba-2's duality: `semiseparable_mask` + `ssd_attention`, `ssd_chunked` | 2 + 3 + 2 + 2 + 2 |
 # | 4 | `wkv_recurrent`, RWKV's numerically stable recurrence | 3 |
 # | 5 | `GatedAttentionUnit.forward` | 2 |
@@ -563,6 +564,47 @@ from toolkit.moe import MIXTRAL_8X7B, moe_parameter_counts  # noqa: E402
 counts = moe_parameter_counts(**MIXTRAL_8X7B)
 print(f"Mixtral 8x7B: {counts['total'] / 1e9:.1f}B parameters, {counts['active'] / 1e9:.1f}B "
       "active per token")
+
+# %% [markdown]
+# ### Question: what does a sparse expert save?
+#
+# The cell above counts Mixtral 8x7B: 46.7B parameters, 12.9B of them active per token.
+# Answer in a few sentences each:
+#
+# 1. Why is the total not $8 \times 7\text{B} = 56\text{B}$, and which parts make up the
+#    12.9B a token uses? (Rough counts per part are enough.)
+# 2. Compared with a dense 47B model and with a dense 13B model: what does serving
+#    Mixtral cost in compute per token, in memory for the weights, and in what else?
+# 3. Why not go further, to 64 experts with $k = 1$ in Mixtral's gate convention?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "active_parameters_question", "locked": false, "points": 3, "schema_version": 3, "solution": true}
+# ### BEGIN SOLUTION
+# 1. Only the feed-forward network is replicated; attention, embeddings, norms and the
+#    router are shared. One SwiGLU expert holds $3 \times 4096 \times 14336 \approx 176$M
+#    parameters, so the experts hold $8 \times 32 \times 176\text{M} \approx 45.1$B.
+#    Attention with GQA holds $2 \cdot 4096^2 + 2 \cdot 4096 \cdot 1024 \approx 42$M per
+#    layer, 1.3B in all; the embedding and the untied head $2 \times 32000 \times 4096
+#    \approx 0.26$B; router and norms are negligible: 46.7B. A token runs the shared parts
+#    and 2 of the 8 experts: $2 \times 32 \times 176\text{M} \approx 11.3$B
+#    $+ 1.3\text{B} + 0.26\text{B} \approx 12.9$B.
+# 2. Compute per token is that of a dense 13B model (about $2 \times 12.9$B FLOPs
+#    forward). Memory is that of a dense 47B model: different tokens pick different
+#    experts, so every expert must be resident, and in batched decoding nearly every
+#    expert's weights are read at each step, so memory bandwidth is closer to the 47B
+#    model's too. Besides: uneven load between experts (capacity drops or idle
+#    hardware), and, when the experts are spread over devices, all-to-all communication
+#    of the tokens at every MoE layer.
+# 3. With $k = 1$ Mixtral's gate is a softmax over one logit, always 1: the task loss
+#    sends no gradient to the router (Switch keeps $g = p_i$ for that reason). With more
+#    experts each one sees fewer tokens and learns from less data, balancing and
+#    capacity get harder and routing less stable, and memory keeps growing while compute
+#    does not: quality per stored parameter falls. (DeepSeekMoE does go finer, with many
+#    small experts, several per token and always-on shared experts.)
+#
+# Marking: 1 point per part. (1) the FFN alone is replicated, with counts of the right
+# size; (2) compute like 13B but memory like 47B, plus one further cost; (3) one sound
+# reason (the constant gate with $k = 1$, data per expert, balancing, memory).
+# ### END SOLUTION
 
 # %% [markdown]
 # ## 3. State-space models
