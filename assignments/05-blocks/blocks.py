@@ -30,6 +30,7 @@
 # | 4 | spot the bug in circulating BERT code: `BertEmbeddings` | 2 |
 # | 5 | `mask_tokens`: BERT's masked-LM recipe | 3 |
 # | 5 | `MaskedLMDataset`: static and dynamic masking | 1 |
+# | 5 | a short written answer: what the masked-LM recipe asks of the model (and why RoBERTa dropped NSP) | 3 (read by a person) |
 # | 6 | `soft_target_loss`, `hidden_cosine_loss`, `distillation_loss` | 3 |
 # | 7 | your pre-trained encoder `mlm.safetensors` (masked-word accuracy) | 3 |
 #
@@ -1053,6 +1054,55 @@ print("✓ MaskedLMDataset passes the visible checks")
 
 # %% tags=["skip-grading"]
 mlm_masking_playground(fns={"mask_tokens": mask_tokens})
+
+# %% [markdown]
+# ### Question: what the masked-LM recipe asks of the model
+#
+# Answer in a few sentences each:
+#
+# 1. Why is the loss taken only at the selected positions (label `-100` everywhere
+#    else), and why do the selected tokens left **unchanged** still carry a label?
+# 2. BERT masked its data once and made ten copies with different masks; it trained for
+#    about 40 epochs. How often did the model meet each (sequence, mask) pair, and what
+#    does dynamic masking change? When does that matter most?
+# 3. BERT also trained next-sentence prediction (NSP): `IsNext` pairs are consecutive
+#    sentences, `NotNext` pairs take the second sentence from **another document**.
+#    RoBERTa (arXiv 1907.11692) dropped it. Why can NSP teach little, and what did
+#    RoBERTa feed the model instead?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "mlm_recipe_question", "locked": false, "points": 3, "schema_version": 3, "solution": true}
+# ### BEGIN SOLUTION
+# 1. At an unselected position the answer is the input token itself: predicting it is
+#    copying, which the model learns almost at once. Counting those positions would fill
+#    the loss and the gradient with a trivial task and dilute the 15% that need context.
+#    The unchanged 10% are labelled because the model must not be able to tell which
+#    inputs are tested: a real-looking token may be asked about, so the model keeps a
+#    contextual representation of every token, and it learns that the observed token is
+#    usually right (a bias towards the input that fine-tuning, where nothing is masked,
+#    relies on).
+# 2. Ten masks over 40 epochs: each (sequence, mask) pair four times, and 15% of the
+#    tokens of a sequence are ever asked about per copy. Dynamic masking draws a new mask
+#    each time a sequence is fed, so no pair repeats and, over the epochs, every token is
+#    eventually a target: more distinct training signal from the same text. It matters
+#    most when the data is small compared with the number of steps (many epochs; our
+#    tiny corpus), where a static mask lets the model memorise the answers of the blanks
+#    it keeps seeing.
+# 3. A `NotNext` second sentence usually comes from a document on another topic, so NSP
+#    is solved by noticing the topic change, a shallow cue that masked-LM already
+#    teaches, rather than by modelling coherence. Its pairs of half-length segments also
+#    shorten the contiguous text the model sees. RoBERTa's ablations found that removing
+#    NSP and packing full sentences contiguously (up to 512 tokens, crossing document
+#    boundaries) matched or improved downstream results; it trained MLM alone, with
+#    dynamic masking, larger batches and more data. (ALBERT replaced NSP by
+#    sentence-order prediction: two consecutive segments, swapped or not, which a topic
+#    cue cannot solve.)
+#
+# Marking: 1 point per part. (1) unselected positions are a copying task that would
+# dominate the loss, and the unchanged ones keep every input token under test; (2) about
+# four repeats per mask and what a fresh mask per pass gives, with when it matters;
+# (3) NotNext is solvable by topic, and RoBERTa trained on contiguous full sentences
+# without NSP.
+# ### END SOLUTION
 
 # %% [markdown]
 # ## 6. Distillation
