@@ -87,6 +87,8 @@ from toolkit.rwkv import WkvState
 from toolkit.ssm import broadcast_delta
 from toolkit.widgets.beyond import (
     decoding_cost_explorer,
+    gau_explorer,
+    mamba_selectivity_explorer,
     router_load_explorer,
     rwkv_decay_explorer,
     ssm_kernel_explorer,
@@ -831,6 +833,19 @@ assert torch.allclose(selective_scan(u2, delta, A_log, B, C, D)[:, :5], y[:, :5]
 print("✓ selective_scan passes the visible checks")
 
 # %% [markdown]
+# ### See it: what the input-dependent step does
+#
+# One channel, one state dimension, a marked token (value 1) among small fillers. The
+# step is computed from each token, $\Delta_t = \mathrm{softplus}(\text{bias} +
+# \text{selectivity} \cdot g_t)$, with a strong gate input $g$ at the marked token: its
+# large step writes it into the state (and wipes the past), the fillers' small steps keep
+# it. The dashed line is the same scan with one step for every token (an LTI model). Move
+# the selectivity to 0 and the two agree. The widget runs *your* `selective_scan`.
+
+# %% tags=["skip-grading"]
+mamba_selectivity_explorer(fns={"selective_scan": selective_scan})
+
+# %% [markdown]
 # ### The parallel scan
 #
 # Your scan takes $L$ sequential steps: fine for generation, slow for training on a
@@ -1421,6 +1436,17 @@ with torch.no_grad():
     assert torch.allclose(causal(x)[:, :3], causal(x[:, :3])), (
         "causal=True: divide row i by i + 1 (its number of keys), not by T")
 print("✓ GatedAttentionUnit passes the visible checks")
+
+# %% [markdown]
+# ### See it: one weak head and a strong gate
+#
+# Left, the unit's attention $A$: no softmax, so rows do not sum to 1 and many weights
+# are exactly 0, and it is not symmetric ($Q$ and $K$ have their own scales and offsets).
+# Middle, the gate $U$ that multiplies $A V$ channel by channel. Right, the output of
+# *your* `GatedAttentionUnit`. Switch on `causal`: the upper triangle empties.
+
+# %% tags=["skip-grading"]
+gau_explorer(fns={"GatedAttentionUnit": GatedAttentionUnit})
 
 # %% [markdown]
 # ## 6. What does a generated token cost?
