@@ -48,8 +48,8 @@
 # you write (and Hugging Face's Mamba, RWKV and Mixtral helpers) are switched off: calling
 # them fails the check. Plain tensor operations are all fine, and so are the helpers the
 # first code cell imports. The references the test cells import to compare with
-# (`naive_dispatch`, `discretize_zoh_matrix`, `selective_scan_parallel`, `wkv_parallel`)
-# are switched off too: do not call them from your code.
+# (`naive_dispatch`, `discretize_zoh_matrix`, `selective_scan_parallel`, `ssd_recurrent`,
+# `wkv_parallel`) are switched off too: do not call them from your code.
 #
 # **Conventions.** Sequences are `(batch, seq, channels)`; an MoE layer routes the
 # flattened tokens `(n_tokens, d_model)`. Formulas are written beside the code: keep doing
