@@ -109,13 +109,18 @@ _ = torch.manual_seed(0)
 # (pre-norm, arXiv 2002.04745); one final norm comes before the output head. Two recipes
 # fill in the same skeleton:
 #
-# | component | classic (GPT-2) | modern (LLaMA style) |
+# | component | classic (GPT-2) | modern (LLaMA-like, with tied embeddings) |
 # |---|---|---|
 # | positions | learned table `wpe` added to the embeddings | RoPE on q and k (arXiv 2104.09864) |
 # | norm | LayerNorm | RMSNorm (arXiv 1910.07467) |
 # | feed-forward | GELU MLP, hidden 4d | SwiGLU, hidden about 8d/3 (arXiv 2002.05202) |
 # | attention | multi-head | grouped-query, GQA (arXiv 2305.13245) |
 # | biases | yes | no |
+# | output head | tied to the embedding | tied to the embedding |
+#
+# Both recipes tie the output head to the embedding, as GPT-2 does and as suits a model
+# this small; LLaMA and LLaMA 2 themselves keep a separate output matrix, so the modern
+# recipe is LLaMA-*like*.
 #
 # `GPTConfig` (from the toolkit) holds the hyper-parameters; `GPTConfig.modern(...)` and
 # `GPTConfig.classic(...)` pick a recipe. The resolved choices are properties:
@@ -1128,7 +1133,7 @@ for temperature in (0.3, 0.8, 1.2):
 # %% [markdown]
 # ## 9. Classic versus modern, at equal parameters and steps (optional, not graded)
 #
-# `parameter_matched_configs` builds a classic (GPT-2) and a modern (LLaMA-style) config
+# `parameter_matched_configs` builds a classic (GPT-2) and a modern (LLaMA-like) config
 # with the same width, depth and heads, and gives the modern one's parameter savings (no
 # position table, no biases, fewer KV heads) back to its SwiGLU hidden size, so both have
 # about the same number of parameters (counted on your `GPT`, built on PyTorch's `meta`
