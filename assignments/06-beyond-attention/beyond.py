@@ -48,7 +48,7 @@
 # you write (and Hugging Face's Mamba, RWKV and Mixtral helpers) are switched off: calling
 # them fails the check. Plain tensor operations are all fine, and so are the helpers the
 # first code cell imports. The references the test cells import to compare with
-# (`naive_dispatch`, `discretize_zoh_matrix`, `selective_scan_parallel`, `ssd_recurrent`,
+# (`naive_dispatch`, `discretize_zoh_matrix`, `selective_step`, `ssd_recurrent`,
 # `wkv_parallel`) are switched off too: do not call them from your code.
 #
 # **Conventions.** Sequences are `(batch, seq, channels)`; an MoE layer routes the
@@ -810,7 +810,7 @@ assert torch.allclose(y.flatten(), torch.tensor([h0, h1, h2], dtype=torch.float6
     f"expected {[h0, h1, h2]}, got {y.flatten().tolist()}. Check A = -exp(A_log) (negative), "
     "A_bar = exp(delta A) and B_bar = delta * B.")
 
-from toolkit.ssm import selective_scan_parallel  # noqa: E402  the parallel form
+from toolkit.ssm import selective_step  # noqa: E402  one token of the reference scan
 
 batch, L, d_inner, N = 2, 7, 5, 3
 u, delta = torch.randn(batch, L, d_inner, dtype=torch.float64), torch.rand(batch, L, d_inner, dtype=torch.float64)
@@ -818,8 +818,12 @@ A_log = torch.randn(d_inner, N, dtype=torch.float64)
 B, C = torch.randn(batch, L, N, dtype=torch.float64), torch.randn(batch, L, N, dtype=torch.float64)
 D = torch.randn(d_inner, dtype=torch.float64)
 y, h = selective_scan(u, delta, A_log, B, C, D, return_state=True)
-assert torch.allclose(y, selective_scan_parallel(u, delta, A_log, B, C, D)), (
-    "your scan differs from the parallel (associative-scan) form. Did you add the skip term "
+state, expected = torch.zeros(batch, d_inner, N, dtype=torch.float64), []
+for t in range(L):
+    y_t, state = selective_step(state, u[:, t], delta[:, t], A_log, B[:, t], C[:, t], D)
+    expected.append(y_t)
+assert torch.allclose(y, torch.stack(expected, 1)), (
+    "your scan differs from the reference, one token at a time. Did you add the skip term "
     "D * u?")
 assert h.shape == (batch, d_inner, N), f"the state is (batch, d_inner, N), got {tuple(h.shape)}"
 y1, h1 = selective_scan(u[:, :4], delta[:, :4], A_log, B[:, :4], C[:, :4], D, return_state=True)
