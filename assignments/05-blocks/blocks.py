@@ -1578,8 +1578,8 @@ print("✓ BertClassifier passes the visible checks")
 # %% [markdown]
 # ### Fine-tune your pre-trained BERT (not run while grading)
 #
-# The task: NSP pairs of the corpus's modules (`toolkit.finetune.nsp_task`, built with the
-# toolkit's version of Exercise 8a), the last three modules held out for validation.
+# The task: NSP pairs of the corpus's modules (`toolkit.finetune.nsp_task`, built with
+# your `document_nsp_pairs`), the last three modules held out for validation.
 # Your pre-trained model of part 7 is fine-tuned with your `BertClassifier` for 300 steps
 # (a minute or two), and so is the same model from a random initialisation: the
 # difference is what pre-training brings. A `NotNext` pair changes module, so a model
@@ -1590,7 +1590,7 @@ print("✓ BertClassifier passes the visible checks")
 # %% tags=["skip-grading"]
 from toolkit.finetune import classification_accuracy, finetune, majority_accuracy, nsp_task  # noqa: E402
 
-nsp_train, nsp_val = nsp_task(vocab, corpus.seq_len)
+nsp_train, nsp_val = nsp_task(vocab, corpus.seq_len, pair_fn=document_nsp_pairs)  # yours
 print(f"{len(nsp_train['labels'])} training pairs, {len(nsp_val['labels'])} held-out pairs; "
       f"majority class {majority_accuracy(nsp_val):.3f}")
 for name, encoder in (("pre-trained (part 7)", load_bert(CHECKPOINT, model_class=TinyBert)),
