@@ -1,6 +1,6 @@
 """The ``autograder`` command line: init, release, collect, grade, report, export, feedback,
-leaderboard, validate, new, demo, serve-checks (the contract is in the README; scripts and
-tests use it)."""
+leaderboard, validate, points, new, demo, serve-checks (the contract is in docs/instructors.md;
+scripts and tests use it)."""
 
 from __future__ import annotations
 
@@ -195,6 +195,43 @@ def cmd_validate(args) -> int:
     return 0 if ok else 1
 
 
+def grade_cell_points(name: str) -> tuple[float, float]:
+    """``(automatic, written)`` points of an assignment's grade cells: check cells, and
+    answers a person reads (cells that are both graded and a solution)."""
+    from .assignment_spec import AssignmentSpec, notebook_from_text
+
+    spec = AssignmentSpec.load(name)
+    automatic = written = 0.0
+    for notebook in spec.notebooks:
+        for cell in notebook_from_text(spec.source_text(notebook)).cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if meta.get("grade"):
+                if meta.get("solution"):
+                    written += meta.get("points", 0)
+                else:
+                    automatic += meta.get("points", 0)
+    return automatic, written
+
+
+def cmd_points(args) -> int:
+    names = available_assignments(Course().assignments_dir)
+    total_automatic = total_written = 0.0
+    print(f"{'assignment':<28} {'automatic':>9} {'written':>8} {'total':>6}")
+    for name in names:
+        automatic, written = grade_cell_points(name)
+        total_automatic, total_written = total_automatic + automatic, total_written + written
+        print(f"{name:<28} {automatic:>9g} {written:>8g} {automatic + written:>6g}")
+    total = total_automatic + total_written
+    share = total_written / total if total else 0.0
+    print(f"{'course':<28} {total_automatic:>9g} {total_written:>8g} {total:>6g}")
+    print(f"written share: {total_written:g} of {total:g} points = {share:.1%}")
+    if args.min_written_share is not None and share < args.min_written_share:
+        print(f"autograder: the written share is below {args.min_written_share:.0%}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_new(args) -> int:
     from .scaffold import new_assignment, next_steps
 
@@ -239,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     def add(name, func, help_text):
         p = sub.add_parser(name, help=help_text)
         p.set_defaults(func=func)
-        if name not in ("validate", "demo", "new"):
+        if name not in ("validate", "demo", "new", "points"):
             p.add_argument("--course", type=Path, default=None,
                            help="course workspace (default: course-workspace/ in the checkout)")
         return p
@@ -331,6 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
             "every named mutant caught")
     p.add_argument("name", nargs="?", help="one assignment (default: all of them)")
     p.add_argument("--workers", type=COUNT, default=None, help="parallel kernels (default: cores)")
+    p = add("points", cmd_points, "each assignment's points, automatic and written (read by "
+            "a person), and the written share of the course")
+    p.add_argument("--min-written-share", type=FRACTION, default=None,
+                   help="exit 1 when written answers are a smaller share of all points")
     p = add("new", cmd_new, "a new assignment from the minimal example, ready to validate")
     p.add_argument("name", help="folder name, e.g. 05-blocks (in assignments/, or in "
                    "AUTOGRADER_ASSIGNMENTS)")

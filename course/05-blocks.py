@@ -201,9 +201,32 @@ for (a, b), label in list(zip(pairs, labels.tolist()))[:5]:
     print(f"A = segment {a[0]}, B = segment {b[0]}: {'IsNext' if label == 0 else 'NotNext'}")
 
 # %% [markdown]
+# BERT's pairs come from a corpus of **documents**, and a NotNext B is taken from *another*
+# document (`document_nsp_pairs`, Assignment 05's Exercise 8a). Our documents are the
+# corpus's standard-library modules, cut into segments of 30 words; the last three are
+# held out, so a classifier is measured on modules it never trained on:
+
+# %%
+from toolkit.data import load_text  # noqa: E402
+from toolkit.finetune import nsp_documents, pair_tensors  # noqa: E402
+from toolkit.mlm import document_nsp_pairs  # noqa: E402
+
+module_vocab = WordVocab.from_text(" ".join(load_text().split()[:20000]))
+train_documents, val_documents = nsp_documents(module_vocab)
+print("segments per training module:", [len(d) for d in train_documents])
+print("segments per held-out module:", [len(d) for d in val_documents])
+doc_pairs, doc_labels = document_nsp_pairs(val_documents, torch.Generator().manual_seed(0))
+tensors = pair_tensors(doc_pairs[:8], doc_labels[:8], seq_len=63)
+print("input_ids", tuple(tensors["input_ids"].shape), "segment ids of the first pair:",
+      tensors["token_type_ids"][0].tolist())
+print(f"{len(doc_pairs)} held-out pairs, {doc_labels.float().mean().item():.2f} of them NotNext")
+
+# %% [markdown]
 # **Fine-tuning.** For a sentence task the pre-trained encoder gets a new head on the
 # final `[CLS]` vector (`ClassificationHead`: dense, tanh, dropout, a linear layer to the
-# labels) and the whole model is trained a little further on labelled examples.
+# labels) and the whole model is trained a little further on labelled examples. In
+# Assignment 05 you write that head (`BertClassifier`) and fine-tune your own pre-trained
+# encoder on the held-out NSP task above, against the same model trained from scratch.
 
 # %%
 bert = TinyBert(BertConfig(vocab_size=vocab.vocab_size, d_model=32, n_layers=2, n_heads=4,

@@ -63,6 +63,7 @@ from toolkit.ssm import (  # noqa: E402
 from toolkit.widgets.beyond import (  # noqa: E402
     decoding_cost_explorer,
     decoding_costs,
+    mamba_selectivity_explorer,
     router_load_explorer,
     rwkv_decay_explorer,
     ssm_kernel_explorer,
@@ -244,7 +245,9 @@ print(f"Mamba's B_bar = delta B differs from the ZOH's by at most "
 # 1), which is what makes the linear-time recurrent form possible. The quadratic "attention" form is better
 # for GPUs' matrix units on short chunks, the recurrent form for long sequences and
 # generation; Mamba-2 uses the first inside chunks and the second across them, just like
-# RetNet.
+# RetNet. (In Assignment 06 you write all of it: the mask `semiseparable_mask`, the
+# attention form `ssd_attention` and the chunked form `ssd_chunked`, each checked against
+# the recurrence `toolkit.ssm.ssd_recurrent`; and the parallel scan of section 4.)
 #
 # Check it with the toolkit's selective scan, giving every state dimension of a channel
 # the same $A$:
@@ -283,6 +286,17 @@ print("last output, token by token = scan:", torch.allclose(y_i, y_scan[:, -1]))
 
 # %%
 ssm_kernel_explorer()
+
+# %% [markdown]
+# What selectivity buys, token by token: Mamba computes the step from the token,
+# $\Delta_t = \mathrm{softplus}(\text{bias} + \text{selectivity} \cdot g_t)$. A large step
+# writes the current token into the state and forgets the past; a small one keeps the state
+# and ignores the token. Below, one marked token among fillers: the selective scan keeps it,
+# a scan with the same step for every token (an LTI model) blurs it away. In the assignment
+# it runs your scan: `mamba_selectivity_explorer(fns={"selective_scan": selective_scan})`.
+
+# %%
+mamba_selectivity_explorer()
 
 # %% [markdown]
 # ## 4. Training in parallel: the associative scan

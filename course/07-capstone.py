@@ -19,7 +19,8 @@
 # reference model so you know what each piece should do before you write it:
 #
 # 1. the data: a corpus, two tokenizers, next-token windows;
-# 2. two recipes of the same model, classic (GPT-2) and modern (LLaMA style);
+# 2. two recipes of the same model, classic (GPT-2) and modern (LLaMA-like, with tied
+#    embeddings);
 # 3. the training loop: the learning-rate schedule, which weights decay, clipping;
 # 4. decoding: greedy, sampling, and beam search with a length penalty;
 # 5. reading: scaling laws, and where the modern recipe comes from.
@@ -139,13 +140,19 @@ print(f"vocabulary: {tokenizer.vocab_size} characters; {len(toy_train):,} traini
 # (attention, then a feed-forward network), a final norm, an output head tied to the
 # embedding. They differ in the components:
 #
-# | component | classic (GPT-2, 2019) | modern (LLaMA style, 2023) |
+# | component | classic (GPT-2, 2019) | modern (LLaMA-like with tied embeddings, 2023) |
 # |---|---|---|
 # | positions | learned table added to the embeddings | RoPE in every attention (arXiv 2104.09864) |
 # | norm | LayerNorm | RMSNorm (arXiv 1910.07467): no mean, no bias |
 # | feed-forward | GELU MLP, hidden $4d$ | SwiGLU (arXiv 2002.05202), hidden $\approx 8d/3$ |
 # | attention | multi-head | grouped-query (arXiv 2305.13245) |
 # | biases | everywhere | none |
+# | output head | tied to the embedding | tied to the embedding (LLaMA itself unties it) |
+#
+# The modern column is *LLaMA-like*, not LLaMA: LLaMA and LLaMA 2 keep a separate output
+# matrix (`lm_head`, `tie_word_embeddings=False` in their Hugging Face configs). This
+# course ties the head to the embedding in both recipes, as GPT-2 does, so the two differ
+# only in the rows above and a small model does not spend a second `vocab x d` matrix.
 
 # %%
 for recipe, choices in RECIPES.items():
@@ -371,7 +378,8 @@ print(f"{n_params:,} parameters -> Chinchilla: {20 * n_params / 1e6:.1f}M tokens
 # without extra parameters; GQA cuts the KV cache with little loss. LLaMA (arXiv
 # 2302.13971) combined pre-norm RMSNorm, SwiGLU and RoPE; LLaMA-2 (arXiv 2307.09288) added
 # GQA to its largest models, and most open models since follow this recipe with small
-# variations.
+# variations. (LLaMA does not tie its output head to the embedding; the course's modern
+# recipe does, so call it LLaMA-like with tied embeddings.)
 # None of these was decisive alone; together, at equal parameters and steps, they are
 # reliably better (Assignment 07's optional section trains both recipes side by side).
 #

@@ -204,6 +204,37 @@ class TinyBert(nn.Module):
         return self.encoder(self.embeddings(input_ids, token_type_ids), mask)
 
 
+class BertClassifier(nn.Module):
+    """BERT fine-tuned for sequence classification: a (pre-trained) encoder and a head on
+    ``[CLS]``, as Hugging Face's ``BertForSequenceClassification``:
+    ``classifier(dropout(tanh(dense(h_0))))``. Fine-tuning trains all the weights.
+
+    Args:
+        bert: the encoder, usually pre-trained (:func:`toolkit.pretrain.load_bert`).
+        n_labels: number of classes.
+        dropout: before the classifier.
+    """
+
+    def __init__(self, bert: TinyBert, n_labels: int, dropout: float = 0.1):
+        super().__init__()
+        check_int("n_labels", n_labels, minimum=2)
+        d_model = bert.config.d_model
+        self.bert = bert
+        self.dense = nn.Linear(d_model, d_model)  # the pooler
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(d_model, n_labels)
+        for layer in (self.dense, self.classifier):  # BERT's initialisation
+            nn.init.normal_(layer.weight, std=0.02)
+            nn.init.zeros_(layer.bias)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+                attention_mask: Tensor | None = None) -> Tensor:
+        """``(B, T)`` ids (and segment ids, padding mask) -> logits ``(B, n_labels)``."""
+        hidden = self.bert(input_ids, token_type_ids, attention_mask)  # (B, T, d_model)
+        pooled = torch.tanh(self.dense(hidden[:, 0]))  # the pooler reads [CLS], position 0
+        return self.classifier(self.dropout(pooled))  # (B, n_labels)
+
+
 def tied_parameter_names(model: nn.Module) -> list[str]:
     """State-dict names that share storage with an earlier name (the tied decoder)."""
     seen, tied = set(), []

@@ -22,8 +22,9 @@ BERT reads one or two segments::
 longer segment first ("longest_first"). **Next-sentence prediction** (NSP) trains the
 ``[CLS]`` vector to tell whether B really followed A: :func:`sample_nsp_pairs` keeps the
 true next segment half of the time (label 0, "IsNext") and draws a random one
-otherwise (label 1, "NotNext"), Hugging Face's label convention. RoBERTa (arXiv
-1907.11692) found NSP unhelpful and dropped it.
+otherwise (label 1, "NotNext"), Hugging Face's label convention, from the segments of
+one stream; :func:`document_nsp_pairs` draws NotNext from another *document*, as BERT's
+pre-training data does. RoBERTa (arXiv 1907.11692) found NSP unhelpful and dropped it.
 
 Masked language modelling
 -------------------------
@@ -194,6 +195,43 @@ def sample_nsp_pairs(
             pairs.append((list(segments[i]), list(segments[j])))
             labels.append(1)  # NotNext
     return pairs, torch.tensor(labels)
+
+
+def document_nsp_pairs(
+    documents: Sequence[Sequence[Sequence[int]]], generator: torch.Generator
+) -> tuple[list[tuple[list[int], list[int]]], Tensor]:
+    """Next-sentence-prediction pairs as BERT builds them: ``NotNext`` from another document.
+
+    For every document ``d`` and every segment ``s`` but its last, in order, ``A`` is
+    ``documents[d][s]``. With probability 1/2, ``B`` is ``documents[d][s + 1]`` (label 0,
+    IsNext); otherwise ``B`` is drawn uniformly from the segments of all the *other*
+    documents (label 1, NotNext), so a NotNext pair never pairs two pieces of one text.
+
+    Args:
+        documents: at least two documents, each a list of segments (lists of token ids).
+        generator: every random draw uses it.
+
+    Returns:
+        ``(pairs, labels)``: the ``(A, B)`` pairs and their labels ``(n_pairs,)`` int64.
+    """
+    if len(documents) < 2:
+        raise ValueError(f"documents: NotNext needs at least two documents, got {len(documents)}")
+    flat = [segment for document in documents for segment in document]  # every segment
+    pairs, labels = [], []
+    start = 0  # where document d begins in `flat`
+    for document in documents:
+        n_others = len(flat) - len(document)  # the segments of the other documents
+        for s in range(len(document) - 1):
+            if torch.rand((), generator=generator) < 0.5:
+                pairs.append((list(document[s]), list(document[s + 1])))
+                labels.append(0)  # IsNext: the segment that really follows
+            else:
+                k = int(torch.randint(n_others, (), generator=generator))  # k-th other segment
+                k = k if k < start else k + len(document)  # skip this document's own segments
+                pairs.append((list(document[s]), list(flat[k])))
+                labels.append(1)  # NotNext: from another document
+        start += len(document)
+    return pairs, torch.tensor(labels, dtype=torch.long)
 
 
 def mask_tokens(

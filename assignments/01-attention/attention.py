@@ -27,6 +27,7 @@
 # | 3 (§4) | `split_heads`, `merge_heads`, `MultiHeadAttention` | 3 |
 # | 4 (§5) | `DecoderBlock` (causal self-attention + cross-attention) | 3 |
 # | written (§6) | a short answer: which family for which task | 2 (read by a person) |
+# | written (§7) | a short answer: what attention sees of order, and what its scores cost | 3 (read by a person) |
 #
 # **How this notebook is graded.** Fill in each cell marked `YOUR CODE HERE`. The test
 # cell below each exercise runs a few quick checks so you can see whether you are on the
@@ -946,6 +947,41 @@ print("✓ DecoderBlock passes the visible checks")
 #
 # Marking: 0.5 point per task, for a sensible family *and* a reason that refers to the
 # attention pattern or to the input/output structure of the task.
+# ### END SOLUTION
+
+# %% [markdown]
+# ## 7. Question: order and cost
+#
+# Answer in a few sentences each, from what you built:
+#
+# 1. An encoder without any positional information reads "the dog bit the man" and
+#    "the man bit the dog". What can it tell apart, by the property of section 3? (Think
+#    of the output at each word, and of a pooled summary of the sentence.)
+# 2. A causal decoder with **no** positional encoding at all still learns word order
+#    (NoPE, arXiv 2305.19466). Where can position information come from?
+# 3. How many bytes do the attention scores of one head take for $T = 4096$ tokens in
+#    fp16, and for 32 heads? How does that grow with $T$?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "order_and_cost_question", "locked": false, "points": 3, "schema_version": 3, "solution": true}
+# ### BEGIN SOLUTION
+# 1. Nothing that depends on order. Self-attention without positions is permutation
+#    equivariant: each word's output depends on the word and on the *set* of words
+#    around it, so "dog", "man", "bit" and each "the" get the same output vector in both
+#    sentences, only at other positions, and any pooled summary (the mean, or a `[CLS]`
+#    token that sees everything) is identical. Who bit whom is invisible: a bag of words.
+# 2. From the causal mask. Query $t$ sees exactly $t + 1$ keys, so the inputs are no
+#    longer symmetric: with a uniform attention over the visible prefix the first token
+#    gets weight $1/(t+1)$, and averaging any feature that marks the start gives a number
+#    that falls with $t$; later layers can read the position from it. A bidirectional
+#    encoder has no such asymmetry.
+# 3. $4096^2 \times 2$ bytes $= 33{,}554{,}432$ bytes, about 33.5 MB per head, and
+#    $32 \times$ that, about 1.07 GB, for one layer and one sequence. It grows with
+#    $T^2$: twice the context, four times the memory (the cost that Assignments 03 and 04
+#    attack).
+#
+# Marking: 1 point per part. (1) the same outputs up to a permutation, so nothing
+# order-dependent is visible; (2) the causal mask breaks the symmetry (the number of
+# visible keys reveals the position); (3) 33.5 MB and 1.07 GB, quadratic in $T$.
 # ### END SOLUTION
 
 # %% [markdown]

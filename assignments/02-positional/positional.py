@@ -32,6 +32,7 @@
 # | part | you write | points |
 # |---|---|---|
 # | 1 | spot the bug in circulating sinusoid code: `sinusoid_frequencies` | 1 |
+# | 1 | a short written answer: what was wrong with the blog code | 2 (read by a person) |
 # | 1 | `sinusoidal_encoding` | 2 |
 # | 2 | RoPE, half-split layout: `rope_inv_freq`, `rotate_half`, `rope_cos_sin`, `apply_rope` | 4 |
 # | 2 | RoPE, interleaved layout: `rotate_interleaved` and `layout="interleaved"` | 2 |
@@ -159,9 +160,9 @@ print("the blog code's w_i for i = 0..4:", [f"{w:.3g}" for w in w_blog[:5].tolis
 
 # %% [markdown]
 # Find the mistake, then write the corrected function: `sinusoid_frequencies` returns
-# the speeds $w_i = \text{base}^{-2i/d}$ (`sinusoidal_encoding` below uses it). In a
-# comment inside your cell, say in one sentence what was wrong with the blog code and what
-# it does to the slowest wavelength.
+# the speeds $w_i = \text{base}^{-2i/d}$ (`sinusoidal_encoding` below uses it). Then, in
+# the written cell under the test cell, say what was wrong with the blog code and what it
+# does to the wavelengths (read by a person, 2 points).
 
 # %% nbgrader={"grade": false, "grade_id": "sinusoid_frequencies", "locked": false, "schema_version": 3, "solution": true}
 def sinusoid_frequencies(d_model: int, base: float) -> Tensor:
@@ -185,13 +186,35 @@ assert isinstance(w, torch.Tensor) and w.shape == (2,), (
     f"expected a (d/2,) = (2,) tensor, got {getattr(w, 'shape', type(w))}")
 assert w.dtype == torch.float64, f"return float64 speeds, got {w.dtype}"
 assert torch.allclose(w, torch.tensor([1.0, 0.1], dtype=torch.float64)), (
-    f"got {w.tolist()}, expected [1.0, 0.1]. With d = 4 the second pair has i = 1, so its "
-    "exponent is 2i/d = 2/4. (The blog code gives [1.0, 0.01]: its `dim` is already 2i.)")
+    f"got {w.tolist()}, expected [1.0, 0.1] for d = 4 and base = 100: w_i = base^(-2i/d) "
+    "for i = 0, 1")
 w = sinusoid_frequencies(512, 10000.0)
 slowest = 2 * math.pi / w[-1].item()
 assert abs(slowest / (2 * math.pi * 10000 ** (510 / 512)) - 1) < 1e-9, (
     f"the slowest wavelength should be 2 pi base^((d-2)/d), about 60,600 tokens; got {slowest:.4g}")
 print("✓ sinusoid_frequencies passes the visible checks")
+
+# %% [markdown]
+# ### Question: what was wrong with the blog code?
+#
+# In one to three sentences: which line of `sinusoid_frequencies_from_a_blog` is wrong and
+# why, and what it does to the angular speeds and to the slowest wavelength (for
+# $d = 512$, base $10^4$).
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "spot_the_bug_question", "locked": false, "points": 2, "schema_version": 3, "solution": true}
+# ### BEGIN SOLUTION
+# `dim = torch.arange(0, d_model, 2)` already *is* $2i$ (it steps by 2), so
+# `2 * dim / d_model` is $4i/d$: the exponent is doubled and the code computes
+# $w_i = \text{base}^{-4i/d}$ instead of $\text{base}^{-2i/d}$. The speeds fall twice as
+# fast on a log scale: the slowest wavelength becomes about
+# $2\pi\,\text{base}^{2(d-2)/d} \approx 6 \times 10^8$ tokens instead of about
+# $2\pi\,\text{base}^{(d-2)/d} \approx 60{,}600$, and the upper half of the pairs turn
+# so slowly that they are nearly constant over any real context: wasted dimensions.
+#
+# Marking: 1 point for naming the doubled exponent (`dim` is already $2i$, so the code
+# uses $4i/d$); 1 point for its effect (speeds fall too fast, the slowest wavelength
+# near $2\pi\,\text{base}^2$ instead of $2\pi\,\text{base}$, slow pairs nearly constant).
+# ### END SOLUTION
 
 # %% [markdown]
 # ### Exercise 1b: the sinusoidal table

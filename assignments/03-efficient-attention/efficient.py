@@ -28,6 +28,7 @@
 # | 3 | KV-cache arithmetic: `kv_cache_bytes` | 1 |
 # | 4 | grouped-query attention with a KV cache: `repeat_kv`, `DynamicKVCache.append`, `GroupedQueryAttention` | 4 |
 # | 5 | multi-head latent attention: `mla_cache_bytes`, the two paths of `MultiHeadLatentAttention` | 3 |
+# | 5b | a short written answer: MLA or GQA? | 3 (read by a person) |
 # | 6 | differential attention: `lambda_init_fn`, `differential_attention`, `DifferentialAttention` | 3 |
 #
 # **How this notebook is graded.** Fill in each region marked `YOUR CODE HERE`. The test
@@ -1055,6 +1056,47 @@ print("✓ mla_cache_bytes and MultiHeadLatentAttention pass the visible checks"
 
 # %% tags=["skip-grading"]
 mla_explorer(fns={"kv_cache_bytes": kv_cache_bytes, "mla_cache_bytes": mla_cache_bytes})
+
+# %% [markdown]
+# ### Question: MLA or GQA?
+#
+# Two ways to shrink the KV cache. LLaMA-2 70B uses GQA: 80 layers, 64 query heads
+# sharing 8 KV heads of $d_h = 128$. DeepSeek-V2 uses MLA: 60 layers, a latent of
+# $d_c = 512$ and a RoPE key of $d_R = 64$ per token and layer. Answer in a few sentences
+# each:
+#
+# 1. How many bytes does one token's cache take in each model, in fp16, over all layers?
+#    How much would LLaMA-2 70B need with full multi-head attention?
+# 2. Write the content score $q_i^C \cdot k_{i,j}^C$ with RoPE applied to the key rebuilt
+#    from the latent, and show why $W^{UK}$ can then no longer be absorbed into the query.
+# 3. What does each method give up in exchange for its smaller cache?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "mla_gqa_question", "locked": false, "points": 3, "schema_version": 3, "solution": true}
+# ### BEGIN SOLUTION
+# 1. GQA: $2 \cdot 80 \cdot 8 \cdot 128 \cdot 2 = 327{,}680$ bytes (320 KiB) per token;
+#    with 64 KV heads (full MHA) 8 times more, $2{,}621{,}440$ bytes (2.5 MiB). MLA:
+#    $60 \cdot (512 + 64) \cdot 2 = 69{,}120$ bytes (67.5 KiB), about 4.7 times less than
+#    LLaMA-2 70B's GQA cache.
+# 2. With RoPE on both sides the score is
+#    $(R_m q_i^C) \cdot (R_n W_i^{UK} c_n) = (q_i^C)^\top R_m^\top R_n W_i^{UK} c_n
+#    = (q_i^C)^\top R_{n-m} W_i^{UK} c_n$. The matrix between the query and the cached
+#    latent, $R_{n-m} W_i^{UK}$, depends on the distance to each key, so no single
+#    matrix can be folded into the query once: every cached key would have to be rebuilt
+#    (and rotated) at every step, which is what the latent cache was meant to avoid.
+#    Hence the separate RoPE key $k^R$, small, shared by the heads and cached as it is,
+#    while the content part carries no position.
+# 3. GQA: the query heads of a group read the same keys and values, fewer distinct
+#    views of the context; a small loss of quality for no extra compute, and the cache
+#    shrinks only by the group size. MLA: keys and values are low-rank (rank at most
+#    $d_c$) images of one latent, the model needs the decoupled RoPE key, and decoding
+#    does more arithmetic per cached token (attention over $d_c + d_R = 576$-wide keys
+#    in every head, or rebuilding keys and values); more complex to implement and to
+#    serve with standard kernels. DeepSeek reports quality at or above MHA at this size.
+#
+# Marking: 1 point per part. (1) both byte counts right, with the MHA comparison (a slip
+# of a factor 2 from K and V costs 0.5); (2) a position-dependent rotation between the
+# query and $W^{UK}$, so absorption fails; (3) one honest cost of each.
+# ### END SOLUTION
 
 # %% [markdown]
 # ## 6. Differential attention

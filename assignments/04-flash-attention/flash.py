@@ -28,6 +28,7 @@
 # | 2 | `flash_attention_forward`: tiled attention in PyTorch, returning `(out, lse)` | 4 |
 # | 3 | `flash_attention_kernel` + `flash_attention_triton`: the same as a Triton kernel, with causal masking and GQA | 5 |
 # | 4 | `flash_attention_backward_kernel` + `flash_attention_backward_triton`: the backward pass in Triton, gradients summed over each GQA group | 4 |
+# | 5 | a short written answer: why FlashAttention is exact, and why it is faster | 3 (read by a person) |
 #
 # **How this notebook is graded.** Fill in each region marked `YOUR CODE HERE`; the test
 # cells run quick checks, the grader its own hidden ones. While they run, PyTorch's
@@ -889,6 +890,52 @@ for t in (q, k, v):
 F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).pow(2).sum().backward()
 for name, a, t in zip(("dq", "dk", "dv"), mine, (q, k, v)):
     print(f"{name}: largest difference from PyTorch {(a - t.grad).abs().max():.1e}")
+
+# %% [markdown]
+# ### Question: exact, and faster
+#
+# FlashAttention is sometimes described as an approximation of attention. It is not.
+# Answer in a few sentences each, from what you built:
+#
+# 1. Why do the online softmax and the tiles give the same output as
+#    $\mathrm{softmax}(QK^\top/\sqrt d)\,V$, up to rounding? Say what is rescaled when the
+#    running maximum grows, and which identity makes the final division right.
+# 2. FlashAttention does at least as many floating-point operations as the plain
+#    implementation (more in the backward pass). Why is it faster on a GPU?
+# 3. What does the forward pass keep for the backward pass, what does the backward pass
+#    recompute, and why is that a good trade?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "flash_exact_question", "locked": false, "points": 3, "schema_version": 3, "solution": true}
+# ### BEGIN SOLUTION
+# 1. For any constant $m$, $\sum_j \frac{e^{s_j}}{\sum_k e^{s_k}} v_j
+#    = \frac{\sum_j e^{s_j - m} v_j}{\sum_j e^{s_j - m}}$: the factor $e^{-m}$ cancels.
+#    The kernel keeps, per query row, the running maximum $m$, the running sum
+#    $\ell = \sum_j e^{s_j - m}$ and the accumulator $o = \sum_j e^{s_j - m} v_j$ over
+#    the key tiles seen so far. When a tile raises the maximum to $m'$, both $\ell$ and
+#    $o$ are multiplied by $e^{m - m'}$, which turns them exactly into the sums relative
+#    to $m'$; the new tile's terms are added relative to $m'$. After the last tile,
+#    $o / \ell$ is the softmax-weighted sum. Only the order of the floating-point
+#    additions differs, so the results agree to rounding, like any reordered sum.
+# 2. At these sizes attention is limited by memory traffic, not arithmetic. The plain
+#    implementation writes the $T \times T$ scores to the GPU's main memory (HBM), reads
+#    them back for the softmax, writes the probabilities, and reads them again for the
+#    product with $V$: $O(T^2)$ bytes per head moved through the slow memory.
+#    FlashAttention fuses it all into one kernel: each tile of scores lives in on-chip
+#    SRAM and registers, and only $Q$, $K$, $V$ are read and $O$ written, many times
+#    fewer bytes; the arithmetic it adds is cheap next to the traffic it saves.
+# 3. It keeps the output $O$ and one number per query row, the log-sum-exp
+#    $L = m + \log \ell$: $O(T)$ memory instead of the $T \times T$ probability matrix.
+#    The backward pass recomputes $S = QK^\top/\sqrt d$ tile by tile and gets the exact
+#    probabilities $P = e^{S - L}$ without a second pass for the normaliser, then the
+#    gradients. Recomputing costs one more $QK^\top$ product, but memory drops from
+#    $O(T^2)$ to $O(T)$ (longer sequences and larger batches fit) and the reads of a
+#    stored $P$, which would cost more time than the recomputation, are gone.
+#
+# Marking: 1 point per part. (1) the rescaling of both the sum and the accumulator by
+# $e^{m - m'}$ and the cancelling constant; (2) memory traffic (HBM reads and writes of
+# the $T \times T$ matrices), not FLOPs, is the bottleneck; (3) $O$ and the log-sum-exp
+# saved, scores and probabilities recomputed, memory $O(T)$ for extra FLOPs.
+# ### END SOLUTION
 
 # %% [markdown]
 # ## Summary

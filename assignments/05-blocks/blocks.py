@@ -30,8 +30,10 @@
 # | 4 | spot the bug in circulating BERT code: `BertEmbeddings` | 2 |
 # | 5 | `mask_tokens`: BERT's masked-LM recipe | 3 |
 # | 5 | `MaskedLMDataset`: static and dynamic masking | 1 |
+# | 5 | a short written answer: what the masked-LM recipe asks of the model (and why RoBERTa dropped NSP) | 3 (read by a person) |
 # | 6 | `soft_target_loss`, `hidden_cosine_loss`, `distillation_loss` | 3 |
 # | 7 | your pre-trained encoder `mlm.safetensors` (masked-word accuracy) | 3 |
+# | 8 | NSP pairs from documents: `document_nsp_pairs`; a classifier on `[CLS]`: `BertClassifier` (then fine-tune your encoder) | 2 + 2 |
 #
 # **How this notebook is graded.** Fill in each cell marked `YOUR CODE HERE`. The test
 # cell after each exercise runs quick checks with hints; passing them is a good sign, not
@@ -1055,6 +1057,55 @@ print("✓ MaskedLMDataset passes the visible checks")
 mlm_masking_playground(fns={"mask_tokens": mask_tokens})
 
 # %% [markdown]
+# ### Question: what the masked-LM recipe asks of the model
+#
+# Answer in a few sentences each:
+#
+# 1. Why is the loss taken only at the selected positions (label `-100` everywhere
+#    else), and why do the selected tokens left **unchanged** still carry a label?
+# 2. BERT masked its data once and made ten copies with different masks; it trained for
+#    about 40 epochs. How often did the model meet each (sequence, mask) pair, and what
+#    does dynamic masking change? When does that matter most?
+# 3. BERT also trained next-sentence prediction (NSP): `IsNext` pairs are consecutive
+#    sentences, `NotNext` pairs take the second sentence from **another document**.
+#    RoBERTa (arXiv 1907.11692) dropped it. Why can NSP teach little, and what did
+#    RoBERTa feed the model instead?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "mlm_recipe_question", "locked": false, "points": 3, "schema_version": 3, "solution": true}
+# ### BEGIN SOLUTION
+# 1. At an unselected position the answer is the input token itself: predicting it is
+#    copying, which the model learns almost at once. Counting those positions would fill
+#    the loss and the gradient with a trivial task and dilute the 15% that need context.
+#    The unchanged 10% are labelled because the model must not be able to tell which
+#    inputs are tested: a real-looking token may be asked about, so the model keeps a
+#    contextual representation of every token, and it learns that the observed token is
+#    usually right (a bias towards the input that fine-tuning, where nothing is masked,
+#    relies on).
+# 2. Ten masks over 40 epochs: each (sequence, mask) pair four times, and 15% of the
+#    tokens of a sequence are ever asked about per copy. Dynamic masking draws a new mask
+#    each time a sequence is fed, so no pair repeats and, over the epochs, every token is
+#    eventually a target: more distinct training signal from the same text. It matters
+#    most when the data is small compared with the number of steps (many epochs; our
+#    tiny corpus), where a static mask lets the model memorise the answers of the blanks
+#    it keeps seeing.
+# 3. A `NotNext` second sentence usually comes from a document on another topic, so NSP
+#    is solved by noticing the topic change, a shallow cue that masked-LM already
+#    teaches, rather than by modelling coherence. Its pairs of half-length segments also
+#    shorten the contiguous text the model sees. RoBERTa's ablations found that removing
+#    NSP and packing full sentences contiguously (up to 512 tokens, crossing document
+#    boundaries) matched or improved downstream results; it trained MLM alone, with
+#    dynamic masking, larger batches and more data. (ALBERT replaced NSP by
+#    sentence-order prediction: two consecutive segments, swapped or not, which a topic
+#    cue cannot solve.)
+#
+# Marking: 1 point per part. (1) unselected positions are a copying task that would
+# dominate the loss, and the unchanged ones keep every input token under test; (2) about
+# four repeats per mask and what a fresh mask per pass gives, with when it matters;
+# (3) NotNext is solvable by topic, and RoBERTa trained on contiguous full sentences
+# without NSP.
+# ### END SOLUTION
+
+# %% [markdown]
 # ## 6. Distillation
 #
 # A trained model's output distribution says more than its top answer: after "the cat sat
@@ -1365,6 +1416,191 @@ for name, m in (("teacher (2 blocks)", model), ("distilled student (1 block)", s
     print(f"{name:28s} accuracy {evaluate_masked_accuracy(m, eval_batch):.3f}")
 
 # %% [markdown]
+# ## 8. Sentence pairs, next-sentence prediction and fine-tuning
+#
+# BERT's second pre-training task reads **two** segments, `[CLS] A [SEP] B [SEP]` with
+# segment ids 0 for `[CLS]`, A and the first `[SEP]` and 1 for B and the second `[SEP]`
+# (`pair_inputs`, part 4), and asks the `[CLS]` vector whether B really followed A:
+# **next-sentence prediction** (NSP). BERT builds its pairs from a corpus of
+# **documents**: half of the time B is the segment that follows A in its document
+# (`IsNext`, label 0, Hugging Face's convention), otherwise B is a segment from
+# **another document** (`NotNext`, label 1). A `NotNext` B taken from the same document
+# would usually share A's topic, and the task would be a different one.
+#
+# Our documents are the corpus's standard-library modules, each cut into segments of 30
+# words. `document_nsp_pairs(documents, generator)`:
+#
+# * `documents` is a list of at least two documents (else `ValueError`), each a list of
+#   segments, each a list of token ids. A document may hold a single segment (it then
+#   gives no pair of its own, but its segment can be another pair's `NotNext` B).
+# * It makes **one pair per consecutive pair of segments of a document**, in order:
+#   document 0's segments 0 and 1, then 1 and 2, ..., then document 1's, and so on. A is
+#   always `documents[d][s]`.
+# * With probability 1/2, independently for each pair, B is `documents[d][s + 1]` and the
+#   label 0. Otherwise B is drawn **uniformly from all the segments of all the other
+#   documents** (every such segment equally likely, not every document) and the label 1.
+# * Every random draw uses `generator` (`torch.rand((), generator=generator)`,
+#   `torch.randint(n, (), generator=generator)`), so one seed gives one set of pairs.
+#   The hidden checks test the statistics, not a particular sequence of draws.
+# * Returns `(pairs, labels)`: a list of `(A, B)` tuples of lists, and `labels` an int64
+#   tensor `(n_pairs,)`.
+#
+# ### Exercise 8a: NSP pairs from documents
+
+# %% nbgrader={"grade": false, "grade_id": "document_nsp_pairs", "locked": false, "schema_version": 3, "solution": true}
+def document_nsp_pairs(
+    documents: Sequence[Sequence[Sequence[int]]], generator: torch.Generator
+) -> tuple[list[tuple[list[int], list[int]]], Tensor]:
+    """Next-sentence-prediction pairs: IsNext from the same document, NotNext from another.
+
+    Args:
+        documents: at least two documents, each a list of segments (lists of token ids).
+        generator: every random draw uses it.
+
+    Returns:
+        ``(pairs, labels)``: one ``(A, B)`` pair per consecutive pair of segments of each
+        document, in order; ``labels`` int64 ``(n_pairs,)``, 0 = IsNext, 1 = NotNext.
+    """
+    if len(documents) < 2:
+        raise ValueError(f"documents: NotNext needs at least two documents, got {len(documents)}")
+    ### BEGIN SOLUTION
+    flat = [segment for document in documents for segment in document]  # every segment
+    pairs, labels = [], []
+    start = 0  # where document d begins in `flat`
+    for document in documents:
+        n_others = len(flat) - len(document)  # the segments of the other documents
+        for s in range(len(document) - 1):
+            if torch.rand((), generator=generator) < 0.5:
+                pairs.append((list(document[s]), list(document[s + 1])))
+                labels.append(0)  # IsNext: the segment that really follows
+            else:
+                k = int(torch.randint(n_others, (), generator=generator))  # k-th other segment
+                k = k if k < start else k + len(document)  # skip this document's own segments
+                pairs.append((list(document[s]), list(flat[k])))
+                labels.append(1)  # NotNext: from another document
+        start += len(document)
+    return pairs, torch.tensor(labels, dtype=torch.long)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_document_nsp_pairs", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Segment ids that say where they come from: document d, segment s is [100 * d + s].
+docs = [[[100 * d + s] for s in range(n)] for d, n in enumerate((6, 1, 9, 4))]
+pairs, labels = document_nsp_pairs(docs, torch.Generator().manual_seed(0))
+assert isinstance(labels, torch.Tensor) and labels.dtype == torch.int64, "labels: an int64 tensor"
+assert len(pairs) == len(labels) == 5 + 0 + 8 + 3, (
+    f"one pair per consecutive pair of segments of each document: 16, got {len(pairs)}")
+expected_a = [100 * d + s for d, n in enumerate((6, 1, 9, 4)) for s in range(n - 1)]
+assert [a[0] for a, _ in pairs] == expected_a, "A is documents[d][s], in document order"
+for (a, b), label in zip(pairs, labels.tolist()):
+    if label == 0:
+        assert b[0] == a[0] + 1, f"IsNext (label 0): B must be the next segment of A's document, got A={a} B={b}"
+    else:
+        assert b[0] // 100 != a[0] // 100, (
+            f"NotNext (label 1): B must come from another document, got A={a} B={b}")
+many, many_labels = document_nsp_pairs([[[d * 1000 + s] for s in range(500)] for d in range(3)],
+                                       torch.Generator().manual_seed(1))
+share = many_labels.float().mean().item()
+assert 0.45 < share < 0.55, f"about half the pairs are NotNext; got {share:.2f}"
+again, _ = document_nsp_pairs(docs, torch.Generator().manual_seed(0))
+assert again == pairs, "the same seed must give the same pairs: draw with `generator`"
+print("✓ document_nsp_pairs passes the visible checks")
+
+# %% [markdown]
+# ### Fine-tuning: a classifier on `[CLS]`
+#
+# To fine-tune BERT for a classification task, put a small head on the final vector of
+# `[CLS]` (position 0) and train **all** the weights, the pre-trained encoder included,
+# with a small learning rate. Hugging Face's `BertForSequenceClassification`:
+#
+# $$ \text{pooled} = \tanh(W_p\, h_0 + b_p), \qquad
+#    \text{logits} = W_c\, \mathrm{dropout}(\text{pooled}) + b_c , $$
+#
+# `dense` ($W_p$, the "pooler", `d_model -> d_model`), `dropout`, `classifier` ($W_c$,
+# `d_model -> n_labels`), created for you. `self.bert` is a `TinyBert`: called as
+# `self.bert(input_ids, token_type_ids, attention_mask)` it returns the final hidden
+# states `(B, T, d_model)` (padding is hidden by `attention_mask`). Read position 0,
+# `[CLS]`, never the last position: with padding the last position is a `[PAD]`.
+#
+# ### Exercise 8b: `BertClassifier.forward`
+
+# %% nbgrader={"grade": false, "grade_id": "bert_classifier", "locked": false, "schema_version": 3, "solution": true}
+class BertClassifier(nn.Module):
+    """A (pre-trained) encoder with a classification head on ``[CLS]``.
+
+    Args:
+        bert: a ``TinyBert``, usually pre-trained (``load_bert``).
+        n_labels: number of classes (at least 2).
+        dropout: before the classifier.
+    """
+
+    def __init__(self, bert: TinyBert, n_labels: int, dropout: float = 0.1):
+        super().__init__()
+        check_int("n_labels", n_labels, minimum=2)
+        d_model = bert.config.d_model
+        self.bert = bert
+        self.dense = nn.Linear(d_model, d_model)  # the pooler
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(d_model, n_labels)
+        for layer in (self.dense, self.classifier):  # BERT's initialisation
+            nn.init.normal_(layer.weight, std=0.02)
+            nn.init.zeros_(layer.bias)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+                attention_mask: Tensor | None = None) -> Tensor:
+        """``(B, T)`` ids, segment ids and padding mask (1 = real token) -> logits
+        ``(B, n_labels)``."""
+        ### BEGIN SOLUTION
+        hidden = self.bert(input_ids, token_type_ids, attention_mask)  # (B, T, d_model)
+        pooled = torch.tanh(self.dense(hidden[:, 0]))  # the pooler reads [CLS], position 0
+        return self.classifier(self.dropout(pooled))  # (B, n_labels)
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_bert_classifier", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+torch.manual_seed(0)
+tiny = TinyBert(BertConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2, max_seq_len=12))
+clf = BertClassifier(tiny, n_labels=3).eval()
+ids = torch.randint(5, 50, (2, 12))
+ids[:, 0] = 2  # [CLS]
+types, mask = torch.zeros_like(ids), torch.ones_like(ids)
+mask[1, 8:] = 0  # the second sequence ends in padding
+with torch.no_grad():
+    logits = clf(ids, types, mask)
+    assert logits.shape == (2, 3), f"expected (B, n_labels) = (2, 3), got {tuple(logits.shape)}"
+    hidden = tiny(ids, types, mask)
+    expected = clf.classifier(torch.tanh(clf.dense(hidden[:, 0])))
+    assert torch.allclose(logits, expected, atol=1e-6), (
+        "logits = classifier(dropout(tanh(dense(h_[CLS])))), with h_[CLS] the final vector "
+        "at position 0")
+print("✓ BertClassifier passes the visible checks")
+
+# %% [markdown]
+# ### Fine-tune your pre-trained BERT (not run while grading)
+#
+# The task: NSP pairs of the corpus's modules (`toolkit.finetune.nsp_task`, built with
+# your `document_nsp_pairs`), the last three modules held out for validation.
+# Your pre-trained model of part 7 is fine-tuned with your `BertClassifier` for 300 steps
+# (a minute or two), and so is the same model from a random initialisation: the
+# difference is what pre-training brings. A `NotNext` pair changes module, so a model
+# that knows what code in one module looks like has a head start: expect it clearly
+# above the majority class on the held-out modules, while the one from scratch learns
+# the training modules by heart and stays near chance on new ones.
+
+# %% tags=["skip-grading"]
+from toolkit.finetune import classification_accuracy, finetune, majority_accuracy, nsp_task  # noqa: E402
+
+nsp_train, nsp_val = nsp_task(vocab, corpus.seq_len, pair_fn=document_nsp_pairs)  # yours
+print(f"{len(nsp_train['labels'])} training pairs, {len(nsp_val['labels'])} held-out pairs; "
+      f"majority class {majority_accuracy(nsp_val):.3f}")
+for name, encoder in (("pre-trained (part 7)", load_bert(CHECKPOINT, model_class=TinyBert)),
+                      ("from scratch", TinyBert(config))):
+    torch.manual_seed(1)
+    classifier = BertClassifier(encoder, n_labels=2)
+    finetune(classifier, nsp_train, 300, lr=3e-4)
+    print(f"{name:22s} held-out accuracy {classification_accuracy(classifier, nsp_val):.3f}")
+
+# %% [markdown]
 # ## What to hand in
 #
 # This notebook **and** `mlm.safetensors`, in the same folder. Before you submit, restart
@@ -1387,3 +1623,5 @@ for name, m in (("teacher (2 blocks)", model), ("distilled student (1 block)", s
 #   RoBERTa masks dynamically and drops NSP.
 # * Distillation matches the teacher's softened distribution with $T^2\,\mathrm{KL}$
 #   (teacher first, log-probabilities for the student) plus the hard labels.
+# * NSP pairs take `IsNext` from the same document and `NotNext` from another; fine-tuning
+#   puts a pooled (`tanh`) classifier on `[CLS]`, position 0, and trains every weight.

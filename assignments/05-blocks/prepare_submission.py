@@ -45,8 +45,10 @@ from autograder.prepare_checkpoint import prepare_checkpoint
 NOTEBOOK = "blocks.ipynb"
 CHECKPOINT = "mlm.safetensors"
 #: Cells that training never calls: excluded from the cache key. (The model uses
-#: LayerNorm and the GELU MLP; RMSNorm and SwiGLU only when a config asks for them.)
-NOT_FOR_TRAINING = {"rms_norm", "gated_ffn", "glu_family", "distillation"}
+#: LayerNorm and the GELU MLP; RMSNorm and SwiGLU only when a config asks for them; the
+#: NSP pairs and the classifier of part 8 come after pre-training.)
+NOT_FOR_TRAINING = {"rms_norm", "gated_ffn", "glu_family", "distillation",
+                    "document_nsp_pairs", "bert_classifier"}
 MODEL = dict(d_model=64, n_layers=1, n_heads=4, max_seq_len=64)
 STEPS, BATCH, LR, SEED = 250, 32, 3e-3, 0
 

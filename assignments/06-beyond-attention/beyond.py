@@ -31,7 +31,8 @@
 # |---|---|---|
 # | 1 | `top_k_gating` (both gate conventions), `load_balancing_loss` | 2 + 2 |
 # | 2 | `apply_capacity`, `sorted_dispatch`, `SparseMoE.forward` | 3 |
-# | 3 | `discretize_zoh`, `selective_scan` (Mamba, sequential) | 2 + 3 |
+# | 2 | a short written answer: what does a sparse expert save? | 3 (read by a person) |
+# | 3 | `discretize_zoh`, `selective_scan` (Mamba, sequential), `associative_scan` (parallel), Mamba-2's duality: `semiseparable_mask` + `ssd_attention`, `ssd_chunked` | 2 + 3 + 2 + 2 + 2 |
 # | 4 | `wkv_recurrent`, RWKV's numerically stable recurrence | 3 |
 # | 5 | `GatedAttentionUnit.forward` | 2 |
 # | 6 | a short written answer: when is a hybrid (attention + SSM) the right choice? | 2 (read by a person) |
@@ -47,8 +48,8 @@
 # you write (and Hugging Face's Mamba, RWKV and Mixtral helpers) are switched off: calling
 # them fails the check. Plain tensor operations are all fine, and so are the helpers the
 # first code cell imports. The references the test cells import to compare with
-# (`naive_dispatch`, `discretize_zoh_matrix`, `selective_scan_parallel`, `wkv_parallel`)
-# are switched off too: do not call them from your code.
+# (`naive_dispatch`, `discretize_zoh_matrix`, `selective_step`, `ssd_recurrent`,
+# `wkv_parallel`) are switched off too: do not call them from your code.
 #
 # **Conventions.** Sequences are `(batch, seq, channels)`; an MoE layer routes the
 # flattened tokens `(n_tokens, d_model)`. Formulas are written beside the code: keep doing
@@ -74,6 +75,7 @@ from toolkit.arguments import (
     check_routing,
     check_selective_inputs,
     check_sequence,
+    check_ssd_inputs,
     check_top_k,
     check_wkv_inputs,
     check_zoh_inputs,
@@ -85,6 +87,8 @@ from toolkit.rwkv import WkvState
 from toolkit.ssm import broadcast_delta
 from toolkit.widgets.beyond import (
     decoding_cost_explorer,
+    gau_explorer,
+    mamba_selectivity_explorer,
     router_load_explorer,
     rwkv_decay_explorer,
     ssm_kernel_explorer,
@@ -219,8 +223,12 @@ print("✓ top_k_gating passes the visible checks")
 # this function must equal; Hugging Face takes only a tuple and returns 0 for a bare
 # tensor, where yours treats it as one layer): the router logits of **every layer** count together (pass a
 # tuple, one `(n_tokens, E)` tensor per layer), and **padding** tokens (`attention_mask`
-# 0) count in neither $f$ nor $P$. The given code turns both into one logits tensor and a
-# per-token weight `weight` (1 = real token, 0 = padding): average with it.
+# 0) count in neither $f$ nor $P$. The given first line,
+# `logits, weight = flatten_router_logits(router_logits, attention_mask)`, turns both into
+# one logits tensor `(n, E)`, every layer's tokens one after the other (layer 0's first),
+# and a weight per row `weight` `(n,)`, in the dtype of the logits: 1.0 for a real token,
+# 0.0 for padding, all ones when `attention_mask` is `None`. Average with it:
+# $f_i = \sum_t w_t [i \in \text{top-}k_t] / \sum_t w_t$, and the same for $P_i$.
 #
 # ### Exercise 1b: the load-balancing loss
 
@@ -315,7 +323,8 @@ router_load_explorer(
 #
 # $$ \text{capacity} = \left\lceil \text{capacity factor} \times \frac{k \, T}{E} \right\rceil $$
 #
-# places per expert (`expert_capacity`, given). A factor of 1 fits a perfectly even
+# places per expert: `expert_capacity(n_tokens, n_experts, k, capacity_factor=1.0) -> int`,
+# given. Every token takes $k$ places, so `k` has no default: pass the layer's. A factor of 1 fits a perfectly even
 # split; Switch trains with 1.0 to 1.25. When more assignments than that arrive at an
 # expert, the extra ones are **dropped**: the expert skips them, the token keeps only its
 # other experts' answers (the residual connection around the layer carries it on), and
@@ -325,7 +334,7 @@ router_load_explorer(
 # **count** them: a training loop logs that number.
 #
 # Hint: list the assignments in that order (`indices.t().reshape(-1)`), one-hot them
-# `(k * T, E)`, and a cumulative sum down the list tells each assignment its place in its
+# `(k * T, E)` (`F.one_hot` takes int64 indices: `.long()` first), and a cumulative sum down the list tells each assignment its place in its
 # expert's queue.
 #
 # ### Exercise 2a: capacity and dropped tokens
@@ -345,7 +354,10 @@ def apply_capacity(indices: Tensor, n_experts: int, capacity: int) -> tuple[Tens
         Places go to every token's first choice (in token order), then every second
         choice, and so on.
 
-    Hints: ``indices.t().reshape(-1)``, ``F.one_hot(..., n_experts)``,
+    ``indices`` may be int64 or int32 (``check_routing`` accepts both); ``F.one_hot``
+    takes int64 only, so convert with ``.long()`` first.
+
+    Hints: ``indices.t().reshape(-1)``, ``F.one_hot(queue.long(), n_experts)``,
     ``Tensor.cumsum(dim=0)``; ``n_dropped`` must be a Python ``int``.
     """
     check_routing(indices, n_experts)
@@ -353,7 +365,7 @@ def apply_capacity(indices: Tensor, n_experts: int, capacity: int) -> tuple[Tens
     n_tokens, k = indices.shape
     ### BEGIN SOLUTION
     queue = indices.t().reshape(-1)  # slot-major: all first choices, then all second choices
-    one_hot = F.one_hot(queue, n_experts)  # (k * n_tokens, E)
+    one_hot = F.one_hot(queue.long(), n_experts)  # (k * n_tokens, E); one_hot takes int64
     arrival = (one_hot.cumsum(dim=0) * one_hot).sum(-1) - 1  # 0, 1, 2, ... within each expert
     kept = (arrival < capacity).reshape(k, n_tokens).t()  # back to (n_tokens, k)
     return kept, int((~kept).sum())
@@ -556,6 +568,47 @@ print(f"Mixtral 8x7B: {counts['total'] / 1e9:.1f}B parameters, {counts['active']
       "active per token")
 
 # %% [markdown]
+# ### Question: what does a sparse expert save?
+#
+# The cell above counts Mixtral 8x7B: 46.7B parameters, 12.9B of them active per token.
+# Answer in a few sentences each:
+#
+# 1. Why is the total not $8 \times 7\text{B} = 56\text{B}$, and which parts make up the
+#    12.9B a token uses? (Rough counts per part are enough.)
+# 2. Compared with a dense 47B model and with a dense 13B model: what does serving
+#    Mixtral cost in compute per token, in memory for the weights, and in what else?
+# 3. Why not go further, to 64 experts with $k = 1$ in Mixtral's gate convention?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "active_parameters_question", "locked": false, "points": 3, "schema_version": 3, "solution": true}
+# ### BEGIN SOLUTION
+# 1. Only the feed-forward network is replicated; attention, embeddings, norms and the
+#    router are shared. One SwiGLU expert holds $3 \times 4096 \times 14336 \approx 176$M
+#    parameters, so the experts hold $8 \times 32 \times 176\text{M} \approx 45.1$B.
+#    Attention with GQA holds $2 \cdot 4096^2 + 2 \cdot 4096 \cdot 1024 \approx 42$M per
+#    layer, 1.3B in all; the embedding and the untied head $2 \times 32000 \times 4096
+#    \approx 0.26$B; router and norms are negligible: 46.7B. A token runs the shared parts
+#    and 2 of the 8 experts: $2 \times 32 \times 176\text{M} \approx 11.3$B
+#    $+ 1.3\text{B} + 0.26\text{B} \approx 12.9$B.
+# 2. Compute per token is that of a dense 13B model (about $2 \times 12.9$B FLOPs
+#    forward). Memory is that of a dense 47B model: different tokens pick different
+#    experts, so every expert must be resident, and in batched decoding nearly every
+#    expert's weights are read at each step, so memory bandwidth is closer to the 47B
+#    model's too. Besides: uneven load between experts (capacity drops or idle
+#    hardware), and, when the experts are spread over devices, all-to-all communication
+#    of the tokens at every MoE layer.
+# 3. With $k = 1$ Mixtral's gate is a softmax over one logit, always 1: the task loss
+#    sends no gradient to the router (Switch keeps $g = p_i$ for that reason). With more
+#    experts each one sees fewer tokens and learns from less data, balancing and
+#    capacity get harder and routing less stable, and memory keeps growing while compute
+#    does not: quality per stored parameter falls. (DeepSeekMoE does go finer, with many
+#    small experts, several per token and always-on shared experts.)
+#
+# Marking: 1 point per part. (1) the FFN alone is replicated, with counts of the right
+# size; (2) compute like 13B but memory like 47B, plus one further cost; (3) one sound
+# reason (the constant gate with $k = 1$, data per expert, balancing, memory).
+# ### END SOLUTION
+
+# %% [markdown]
 # ## 3. State-space models
 #
 # A state-space model (SSM) maps an input signal $u(t)$ to an output $y(t)$ through a
@@ -579,6 +632,9 @@ print(f"Mixtral 8x7B: {counts['total'] / 1e9:.1f}B parameters, {counts['active']
 # (use `torch.expm1` for $e^x - 1$: it stays accurate for small $x$). Mamba's code
 # simplifies $\bar B$ to $\Delta B$, the first-order (Euler) approximation: close when
 # $\Delta A$ is small, wrong when it is not. **This exercise asks for the exact ZOH.**
+# Exercise 3b (Mamba's scan) does **not** reuse it: it follows Mamba's code with
+# $\bar B = \Delta B$ and keeps only $\bar A = e^{\Delta A}$, so a scan that calls your
+# `discretize_zoh` for $\bar B$ gives other numbers and loses points there.
 #
 # Unrolling the recurrence from $h_{-1} = 0$ gives
 # $y_t = \sum_{l \le t} C \bar A^{l} \bar B \, u_{t-l} + D u_t$: a causal convolution with
@@ -678,12 +734,14 @@ ssm_kernel_explorer(fns={"discretize_zoh": discretize_zoh})
 #    y_t = C_t \cdot h_t + D \, u_t . $$
 #
 # Note $\bar B_t = \Delta_t B_t$: **here** we follow Mamba's code (and Hugging Face's
-# `MambaMixer`) and use the simplified $\bar B$, not the exact ZOH of 3a.
+# `MambaMixer`) and use the simplified $\bar B$, not the exact ZOH of 3a: do not call
+# your `discretize_zoh` for $\bar B$ in this exercise (only $\bar A = e^{\Delta_t A}$ is
+# the same).
 #
 # The parameters change with $t$, so there is no fixed kernel to convolve with. Write the
 # scan as a loop **over time** (axis 1 of `u`), in order: $h_t$ may only depend on
-# inputs $0..t$. (The toolkit also has the parallel version, an associative scan in
-# $\log_2 L$ rounds, `toolkit.ssm.selective_scan_parallel`: the lecture explains it.)
+# inputs $0..t$. (Exercise 3c then computes the same scan in parallel, in $\log_2 L$
+# rounds.)
 #
 # Shapes: `u, delta: (batch, L, d_inner)`, `A_log: (d_inner, N)`, `B, C: (batch, L, N)`,
 # `D: (d_inner,)`, the state `h: (batch, d_inner, N)`.
@@ -752,7 +810,7 @@ assert torch.allclose(y.flatten(), torch.tensor([h0, h1, h2], dtype=torch.float6
     f"expected {[h0, h1, h2]}, got {y.flatten().tolist()}. Check A = -exp(A_log) (negative), "
     "A_bar = exp(delta A) and B_bar = delta * B.")
 
-from toolkit.ssm import selective_scan_parallel  # noqa: E402  the parallel form
+from toolkit.ssm import selective_step  # noqa: E402  one token of the reference scan
 
 batch, L, d_inner, N = 2, 7, 5, 3
 u, delta = torch.randn(batch, L, d_inner, dtype=torch.float64), torch.rand(batch, L, d_inner, dtype=torch.float64)
@@ -760,8 +818,12 @@ A_log = torch.randn(d_inner, N, dtype=torch.float64)
 B, C = torch.randn(batch, L, N, dtype=torch.float64), torch.randn(batch, L, N, dtype=torch.float64)
 D = torch.randn(d_inner, dtype=torch.float64)
 y, h = selective_scan(u, delta, A_log, B, C, D, return_state=True)
-assert torch.allclose(y, selective_scan_parallel(u, delta, A_log, B, C, D)), (
-    "your scan differs from the parallel (associative-scan) form. Did you add the skip term "
+state, expected = torch.zeros(batch, d_inner, N, dtype=torch.float64), []
+for t in range(L):
+    y_t, state = selective_step(state, u[:, t], delta[:, t], A_log, B[:, t], C[:, t], D)
+    expected.append(y_t)
+assert torch.allclose(y, torch.stack(expected, 1)), (
+    "your scan differs from the reference, one token at a time. Did you add the skip term "
     "D * u?")
 assert h.shape == (batch, d_inner, N), f"the state is (batch, d_inner, N), got {tuple(h.shape)}"
 y1, h1 = selective_scan(u[:, :4], delta[:, :4], A_log, B[:, :4], C[:, :4], D, return_state=True)
@@ -773,6 +835,342 @@ u2[:, 5:] += 1.0  # change the future
 assert torch.allclose(selective_scan(u2, delta, A_log, B, C, D)[:, :5], y[:, :5]), (
     "changing inputs 5.. changed outputs 0..4: the future leaks. Scan over the time axis (dim 1).")
 print("✓ selective_scan passes the visible checks")
+
+# %% [markdown]
+# ### See it: what the input-dependent step does
+#
+# One channel, one state dimension, a marked token (value 1) among small fillers. The
+# step is computed from each token, $\Delta_t = \mathrm{softplus}(\text{bias} +
+# \text{selectivity} \cdot g_t)$, with a strong gate input $g$ at the marked token: its
+# large step writes it into the state (and wipes the past), the fillers' small steps keep
+# it. The dashed line is the same scan with one step for every token (an LTI model). Move
+# the selectivity to 0 and the two agree. The widget runs *your* `selective_scan`.
+
+# %% tags=["skip-grading"]
+mamba_selectivity_explorer(fns={"selective_scan": selective_scan})
+
+# %% [markdown]
+# ### The parallel scan
+#
+# Your scan takes $L$ sequential steps: fine for generation, slow for training on a
+# GPU. Mamba trains with a **parallel scan**. Each step is the affine map
+# $h \mapsto a_t h + b_t$ (elementwise, with $a_t = e^{\Delta_t A}$ and
+# $b_t = \Delta_t B_t u_t$), and doing step $(a_1, b_1)$ and then step $(a_2, b_2)$ is
+# again one affine map:
+#
+# $$ (a_1, b_1) \bullet (a_2, b_2) = (a_2 a_1,\; a_2 b_1 + b_2). $$
+#
+# The order matters: $a_2 b_1 + b_2$ is "the earlier state, decayed by the later step,
+# plus the later input", never $a_1 b_2 + b_1$. The operator is associative, so the $L$
+# prefixes $h_t = (a_0, b_0) \bullet \dots \bullet (a_t, b_t)$ can be computed like a
+# prefix sum in $\lceil \log_2 L \rceil$ rounds. Hillis and Steele's form: in round $r$
+# every position $t$ combines with what position $t - 2^r$ holds (positions before the
+# start combine with the identity $(a, b) = (1, 0)$); after the last round position $t$
+# holds the composition of all steps $0..t$, and its $b$ is $h_t$ (from $h_{-1} = 0$).
+# A work-efficient (Blelloch) up- and down-sweep or an even/odd recursion are just as
+# welcome: any order of combining that respects the operator gives the same numbers.
+#
+# What is asked: **a number of tensor operations that grows like $\log L$, not like $L$**.
+# A Python loop over the time steps is the sequential scan again; the checks count the
+# tensor operations your function performs on a long input (a loop over the
+# $\log_2 L$ rounds is of course fine).
+#
+# ### Exercise 3c: the associative scan
+
+# %% nbgrader={"grade": false, "grade_id": "associative_scan", "locked": false, "schema_version": 3, "solution": true}
+def associative_scan(a: Tensor, b: Tensor, dim: int = 1) -> Tensor:
+    """All prefixes of ``h_t = a_t h_{t-1} + b_t`` (``h_{-1} = 0``) in ``ceil(log2 L)`` rounds.
+
+    Args:
+        a, b: tensors of the same shape (any number of axes, any float dtype); ``dim``
+            (negative allowed) is the time axis, of length ``L >= 0``.
+
+    Returns:
+        ``h``, the shape and dtype of ``b``: ``h_t = a_t h_{t-1} + b_t`` along ``dim``.
+
+    Operator: ``(a_1, b_1) . (a_2, b_2) = (a_2 a_1, a_2 b_1 + b_2)`` (first step first).
+    Hints: ``Tensor.movedim(dim, 0)`` puts time first; ``torch.cat``, ``torch.ones_like``,
+    ``torch.zeros_like`` build the shifted copies; no loop over the time steps.
+    """
+    if a.shape != b.shape:
+        raise ValueError(
+            f"a and b must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}"
+        )
+    ### BEGIN SOLUTION
+    a, b = a.movedim(dim, 0), b.movedim(dim, 0)
+    offset = 1
+    while offset < a.size(0):
+        # Compose every step with the block ending `offset` earlier; before the start
+        # stands the identity map (a, b) = (1, 0).
+        a_prev = torch.cat([torch.ones_like(a[:offset]), a[:-offset]])
+        b_prev = torch.cat([torch.zeros_like(b[:offset]), b[:-offset]])
+        a, b = a * a_prev, a * b_prev + b  # (a_2 a_1, a_2 b_1 + b_2)
+        offset *= 2
+    return b.movedim(0, dim)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_associative_scan", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+a = torch.tensor([0.5, 2.0, 0.0, 1.0], dtype=torch.float64)
+b = torch.tensor([1.0, 1.0, 3.0, -1.0], dtype=torch.float64)
+h = associative_scan(a, b, dim=0)
+# h_0 = 1, h_1 = 2 * 1 + 1 = 3, h_2 = 0 * 3 + 3 = 3, h_3 = 1 * 3 - 1 = 2
+assert torch.allclose(h, torch.tensor([1.0, 3.0, 3.0, 2.0], dtype=torch.float64)), (
+    f"expected h = [1, 3, 3, 2], got {h.tolist()}. The operator is (a_2 a_1, a_2 b_1 + b_2): "
+    "the earlier b is multiplied by the later a")
+
+
+def _loop(a, b):  # the sequential scan along axis 1, to compare with
+    h, out = torch.zeros_like(b[:, 0]), []
+    for t in range(b.size(1)):
+        h = a[:, t] * h + b[:, t]
+        out.append(h)
+    return torch.stack(out, 1)
+
+
+a, b = torch.rand(2, 37, 3, dtype=torch.float64), torch.randn(2, 37, 3, dtype=torch.float64)
+assert torch.allclose(associative_scan(a, b), _loop(a, b)), "differs from the sequential loop (L = 37)"
+assert torch.allclose(associative_scan(a.transpose(1, 2), b.transpose(1, 2), dim=-1),
+                      _loop(a, b).transpose(1, 2)), "dim=-1: the time axis is the last one"
+
+# The same numbers as your sequential selective_scan of 3b, through the parallel scan.
+u, delta = torch.randn(2, 9, 4, dtype=torch.float64), torch.rand(2, 9, 4, dtype=torch.float64)
+A_log, B, C = torch.randn(4, 3, dtype=torch.float64), torch.randn(2, 9, 3, dtype=torch.float64), \
+    torch.randn(2, 9, 3, dtype=torch.float64)
+A_bar = torch.exp(delta[..., None] * -torch.exp(A_log))  # a_t: (batch, L, d_inner, N)
+h = associative_scan(A_bar, delta[..., None] * B[:, :, None, :] * u[..., None], dim=1)
+assert torch.allclose((h * C[:, :, None, :]).sum(-1), selective_scan(u, delta, A_log, B, C)), (
+    "y_t = C_t h_t from the parallel scan differs from your sequential selective_scan")
+
+# A parallel scan: the number of tensor operations grows like log L, not like L.
+from torch.overrides import TorchFunctionMode  # noqa: E402
+
+
+class CountOps(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+with CountOps() as counter:
+    associative_scan(torch.rand(4096, 2), torch.randn(4096, 2), dim=0)
+assert counter.n < 1024, (
+    f"{counter.n} tensor operations for L = 4096: that is a loop over time. Combine every "
+    "position with the one 2^r steps back, for r = 0, 1, ... (about 12 rounds)")
+print(f"✓ associative_scan passes the visible checks ({counter.n} tensor operations for L = 4096)")
+
+# %% [markdown]
+# ### Mamba-2: the scan is a masked attention
+#
+# Mamba-2 (Dao and Gu, arXiv 2405.21060, "structured state-space duality") restricts $A$
+# to **one scalar per head**: at step $t$ every channel and every state dimension of head
+# $h$ decays by the same $a_t = e^{\Delta_t A_h} \in (0, 1]$. A head holds $P$ channels
+# $x_t \in \mathbb{R}^P$ (already multiplied by $\Delta_t$) and its state is a $P \times N$
+# matrix:
+#
+# $$ h_t = a_t h_{t-1} + x_t B_t^\top, \qquad y_t = h_t C_t . $$
+#
+# Unroll it from $h_{-1} = 0$:
+#
+# $$ y_i = \sum_{j \le i} \underbrace{a_i a_{i-1} \cdots a_{j+1}}_{L_{ij}}
+#          \,(C_i \cdot B_j)\, x_j,
+#    \qquad\text{that is}\qquad y = (L \circ C B^\top)\, x . $$
+#
+# Attention without a softmax: $C$ plays the queries, $B$ the keys, $x$ the values, and
+# the causal **decay mask** $L$ replaces the softmax's normalisation:
+#
+# * $L_{ij} = a_i a_{i-1} \cdots a_{j+1}$ for $j \le i$: the decays of the steps **after**
+#   $j$, up to and including $i$. Token $j$ enters the state at step $j$ undecayed
+#   ($x_j B_j^\top$ is added after multiplying by $a_j$), so $a_j$ is **not** in the
+#   product, and the diagonal is the empty product, $L_{ii} = 1$.
+# * $L_{ij} = 0$ for $j > i$ (the future).
+# * Compute it from the logs, $L_{ij} = \exp\big(\sum_{j < r \le i} \log a_r\big)$: a ratio
+#   of cumulative products $\frac{a_0 \cdots a_i}{a_0 \cdots a_j}$ is the same number on
+#   paper, and $0/0$ in float32 after a few hundred steps. The hidden checks use 2000.
+#
+# Since $L_{ij} = \frac{a_0 \cdots a_i}{a_0 \cdots a_j}$, every block of $L$ on or below
+# the diagonal has rank 1: $L$ is **1-semiseparable**, the structure that lets the
+# linear-time recurrence compute the same product as the quadratic form.
+#
+# Shapes (Mamba-2's `ssd_minimal` layout): `x (batch, L, H, P)`, `log_a (batch, L, H)`
+# with $\log a_t = \Delta_t A_h \le 0$ (finite), `B, C (batch, L, H, N)`, the state
+# `(batch, H, P, N)`. The recurrent form is given: `toolkit.ssm.ssd_recurrent`, which the
+# test cell compares with (and which, like the other references, is switched off while
+# the hidden checks run).
+#
+# ### Exercise 3d: the semiseparable mask and the attention form
+
+# %% nbgrader={"grade": false, "grade_id": "semiseparable_mask", "locked": false, "schema_version": 3, "solution": true}
+def semiseparable_mask(log_a: Tensor) -> Tensor:
+    """The decay mask ``L_ij = a_i a_{i-1} ... a_{j+1}`` on and below the diagonal, 0 above.
+
+    Args:
+        log_a: ``(..., L)`` the log decays ``log a_t <= 0``, time on the last axis.
+
+    Returns:
+        ``(..., L, L)`` in the dtype of ``log_a``: row ``i`` is the query's step, column
+        ``j`` the key's; 1 on the diagonal, 0 above it.
+
+    Compute ``exp`` of segment sums ``sum_{j < r <= i} log a_r``, not a ratio of
+    cumulative products. Hints: ``log_a[..., :, None].expand(*log_a.shape, L)`` gives
+    ``terms[..., r, j] = log a_r``; ``torch.ones(L, L, dtype=torch.bool).tril(-1)``,
+    ``masked_fill``, ``cumsum(dim=-2)``.
+    """
+    ### BEGIN SOLUTION
+    L = log_a.size(-1)
+    after_j = torch.ones(L, L, dtype=torch.bool, device=log_a.device).tril(-1)  # r > j
+    terms = log_a[..., :, None].expand(*log_a.shape, L)  # terms[..., r, j] = log a_r
+    segment = terms.masked_fill(~after_j, 0.0).cumsum(dim=-2)  # sum_{j < r <= i} log a_r
+    causal = torch.ones(L, L, dtype=torch.bool, device=log_a.device).tril()  # j <= i
+    return torch.exp(segment).masked_fill(~causal, 0.0)  # 0 above the diagonal
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": false, "grade_id": "ssd_attention", "locked": false, "schema_version": 3, "solution": true}
+def ssd_attention(x: Tensor, log_a: Tensor, B: Tensor, C: Tensor) -> Tensor:
+    """The scalar-decay SSM as one masked "attention": ``y = (L o C B^T) x``, from a zero state.
+
+    Args:
+        x: ``(batch, L, H, P)``; log_a: ``(batch, L, H)``; B, C: ``(batch, L, H, N)``.
+
+    Returns:
+        ``(batch, L, H, P)``: ``y_i = sum_{j <= i} L_ij (C_i . B_j) x_j`` per head.
+
+    Hints: your ``semiseparable_mask`` on ``log_a.transpose(1, 2)`` gives
+    ``(batch, H, L, L)``; ``torch.einsum("bihn,bjhn->bhij", C, B)`` the scores.
+    """
+    check_ssd_inputs(x, log_a, B, C)
+    ### BEGIN SOLUTION
+    mask = semiseparable_mask(log_a.transpose(1, 2))  # (batch, H, L, L): L_ij per head
+    scores = torch.einsum("bihn,bjhn->bhij", C, B)  # C_i . B_j: queries C, keys B
+    return torch.einsum("bhij,bjhp->bihp", mask * scores, x)  # y = (L o C B^T) x
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ssd_attention", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+a = torch.tensor([0.5, 0.8, 0.25], dtype=torch.float64)
+mask = semiseparable_mask(a.log())
+expected = torch.tensor([[1.0, 0.0, 0.0],
+                         [0.8, 1.0, 0.0],
+                         [0.8 * 0.25, 0.25, 1.0]], dtype=torch.float64)
+assert mask.shape == (3, 3), f"expected (L, L) = (3, 3), got {tuple(mask.shape)}"
+if torch.allclose(mask.tril(), torch.tensor([[0.5, 0, 0], [0.4, 0.8, 0], [0.1, 0.2, 0.25]],
+                                            dtype=torch.float64)):
+    raise AssertionError("your L_ij includes a_j (L_ii = a_i): token j enters the state after "
+                         "the decay of step j, so L_ij = a_i ... a_{j+1} and L_ii = 1")
+assert torch.allclose(mask.triu(1), torch.zeros(3, 3, dtype=torch.float64)), (
+    "the mask must be 0 above the diagonal: a query never reads a later key")
+assert torch.allclose(mask, expected), f"expected {expected.tolist()}, got {mask.tolist()}"
+long_mask = semiseparable_mask(torch.full((2000,), -1.0))
+assert torch.isfinite(long_mask).all(), (
+    "inf or NaN for L = 2000: use segment sums of the logs, not a ratio of cumulative products")
+
+from toolkit.ssm import ssd_recurrent  # noqa: E402  the recurrent form, to compare with
+
+x, log_a = torch.randn(2, 10, 3, 4, dtype=torch.float64), -torch.rand(2, 10, 3, dtype=torch.float64)
+B, C = torch.randn(2, 10, 3, 5, dtype=torch.float64), torch.randn(2, 10, 3, 5, dtype=torch.float64)
+y = ssd_attention(x, log_a, B, C)
+assert y.shape == (2, 10, 3, 4), f"expected (batch, L, H, P) = (2, 10, 3, 4), got {tuple(y.shape)}"
+assert torch.allclose(y, ssd_recurrent(x, log_a, B, C)), (
+    "the masked attention differs from the recurrence h_t = a_t h_(t-1) + x_t B_t^T, "
+    "y_t = h_t C_t")
+
+# Mamba's selective scan (3b) with one A per channel is this with P = 1 channel per head,
+# x = delta * u, log a = delta * A and B, C shared by every head.
+u, delta = torch.randn(1, 8, 3, dtype=torch.float64), torch.rand(1, 8, 3, dtype=torch.float64)
+A_log = torch.randn(3, 1, dtype=torch.float64).expand(3, 4).contiguous()  # scalar A per channel
+B, C = torch.randn(1, 8, 4, dtype=torch.float64), torch.randn(1, 8, 4, dtype=torch.float64)
+y = ssd_attention((delta * u)[..., None], delta * -torch.exp(A_log[:, 0]),
+                  B[:, :, None].expand(1, 8, 3, 4), C[:, :, None].expand(1, 8, 3, 4))
+assert torch.allclose(y[..., 0], selective_scan(u, delta, A_log, B, C)), (
+    "the masked attention differs from your selective_scan with a scalar A per channel")
+print("✓ semiseparable_mask and ssd_attention pass the visible checks")
+
+# %% [markdown]
+# ### The chunked form: quadratic inside, recurrent between
+#
+# The attention form costs $O(L^2)$; the recurrence is $L$ small sequential steps.
+# Mamba-2 trains with both: cut the sequence into chunks of $Q$ tokens, use the
+# attention form **inside** each chunk, and carry the $P \times N$ state **between**
+# chunks. For a chunk with steps $0..Q-1$ (numbered within the chunk) entered with the
+# state $h$ (zeros before the first chunk, or `state` when given):
+#
+# $$ y_i = \big[(L \circ C B^\top)\, x\big]_i + (a_0 a_1 \cdots a_i)\; h\, C_i ,$$
+# $$ h \leftarrow (a_0 \cdots a_{Q-1})\, h + \sum_{j} (a_{j+1} \cdots a_{Q-1})\, x_j B_j^\top . $$
+#
+# The first line reads the carried state, decayed by every step of the chunk up to $i$
+# (including $a_0$: the state entered before step 0); the second hands the state to the
+# next chunk. The last chunk may be shorter ($L$ need not be a multiple of $Q$). With
+# $Q = L$ it is the attention form plus the carried state; with $Q = 1$ it is the
+# recurrence. Use your `ssd_attention` for the first term, and `cumsum` of `log_a`
+# within the chunk for the decays: $\log(a_0 \cdots a_i)$ is `log_a[:, chunk].cumsum(1)`.
+#
+# ### Exercise 3e: the chunked scan
+
+# %% nbgrader={"grade": false, "grade_id": "ssd_chunked", "locked": false, "schema_version": 3, "solution": true}
+def ssd_chunked(
+    x: Tensor,
+    log_a: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int,
+    state: Tensor | None = None,
+    return_state: bool = False,
+):
+    """Mamba-2's chunked form: the attention form inside chunks, the recurrence between them.
+
+    Args:
+        x: ``(batch, L, H, P)``; log_a: ``(batch, L, H)``; B, C: ``(batch, L, H, N)``.
+        chunk_size: ``Q >= 1`` tokens per chunk; the last chunk may be shorter.
+        state: ``(batch, H, P, N)`` to continue from (default zeros).
+        return_state: also return the state after the last step.
+
+    Returns:
+        ``y`` ``(batch, L, H, P)``, or ``(y, state)``; equal to ``ssd_recurrent``.
+
+    Hints: ``for start in range(0, L, chunk_size)``; ``torch.einsum("bhpn,bihn->bihp",
+    h, C_chunk)`` reads the state; ``torch.einsum("bjh,bjhp,bjhn->bhpn", ...)`` writes it.
+    """
+    check_ssd_inputs(x, log_a, B, C)
+    check_int("chunk_size", chunk_size)
+    batch, L, H, P = x.shape
+    h = x.new_zeros(batch, H, P, B.size(-1)) if state is None else state
+    ### BEGIN SOLUTION
+    ys = []
+    for start in range(0, L, chunk_size):
+        chunk = slice(start, start + chunk_size)
+        xc, ac, Bc, Cc = x[:, chunk], log_a[:, chunk], B[:, chunk], C[:, chunk]
+        cum = ac.cumsum(dim=1)  # (batch, Q, H): log(a_0 ... a_i) within the chunk
+        inside = ssd_attention(xc, ac, Bc, Cc)  # the chunk's own tokens: quadratic form
+        carried = torch.einsum("bhpn,bihn->bihp", h, Cc) * cum.exp()[..., None]  # (a_0..a_i) h C_i
+        ys.append(inside + carried)
+        to_end = torch.exp(cum[:, -1:] - cum)  # a_{j+1} ... a_{Q-1}: (batch, Q, H)
+        written = torch.einsum("bjh,bjhp,bjhn->bhpn", to_end, xc, Bc)  # the chunk's own tokens
+        h = cum[:, -1].exp()[..., None, None] * h + written  # (a_0 ... a_{Q-1}) h + written
+    y = torch.cat(ys, dim=1) if ys else x.new_zeros(x.shape)
+    return (y, h) if return_state else y
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ssd_chunked", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+x, log_a = torch.randn(2, 11, 3, 4, dtype=torch.float64), -torch.rand(2, 11, 3, dtype=torch.float64)
+B, C = torch.randn(2, 11, 3, 5, dtype=torch.float64), torch.randn(2, 11, 3, 5, dtype=torch.float64)
+y, h = ssd_recurrent(x, log_a, B, C, return_state=True)
+for Q in (1, 3, 4, 11):
+    y_chunked, h_chunked = ssd_chunked(x, log_a, B, C, Q, return_state=True)
+    assert y_chunked.shape == (2, 11, 3, 4), f"expected (2, 11, 3, 4), got {tuple(y_chunked.shape)}"
+    assert torch.allclose(y_chunked, y), (
+        f"chunk_size={Q}: differs from the recurrence. Does each chunk read the state carried "
+        "in, decayed by a_0 ... a_i, and hand on (a_0 ... a_(Q-1)) h + its own tokens?")
+    assert torch.allclose(h_chunked, h), f"chunk_size={Q}: the returned state differs"
+y1, h1 = ssd_chunked(x[:, :6], log_a[:, :6], B[:, :6], C[:, :6], 4, return_state=True)
+y2 = ssd_chunked(x[:, 6:], log_a[:, 6:], B[:, 6:], C[:, 6:], 4, state=h1)
+assert torch.allclose(torch.cat([y1, y2], 1), y), "continuing from `state` must give the same output"
+print("✓ ssd_chunked passes the visible checks")
 
 # %% [markdown]
 # In the full Mamba block (`toolkit.ssm.MambaMixer`, equal to Hugging Face's
@@ -820,6 +1218,11 @@ print("✓ selective_scan passes the visible checks")
 # of RWKV's CUDA kernel and of Hugging Face's `rwkv_linear_attention_cpu`, which your
 # function must equal (`time_decay` there is $\log w$). The hidden checks feed it a long
 # sequence of large keys.
+#
+# **Dtype.** Compute in the dtype of `k` and `v`, without upcasting: float64 in gives a
+# float64 output and float64 state, float32 in gives float32. (Hugging Face's CPU path
+# always computes in float32 and casts the output back; on float32 inputs the two agree,
+# and the checks compare float64 inputs with a float64 reference to 1e-9.)
 #
 # ### Exercise 4: the stable WKV recurrence
 
@@ -933,9 +1336,12 @@ rwkv_decay_explorer(fns={"wkv_recurrent": wkv_recurrent})
 #   $\beta$. With one pair for both, $Q = K$ and every score would be symmetric.
 # * The squared ReLU replaces the softmax; the scores are divided by $n$, the number of
 #   keys: $T$ for a bidirectional unit, and $i + 1$ for query $i$ of a causal one (future
-#   keys get weight exactly 0), so a prefix's outputs never depend on what follows. (The
-#   causal divisor is this course's convention: the paper's code shows only the
-#   bidirectional case.)
+#   keys get weight exactly 0). The causal divisor $i + 1$ is **this course's choice**, not
+#   the paper's (its code shows only the bidirectional unit, divided by $T$). Why: dividing
+#   every row by $T$ would make a prefix's outputs depend on how long the sequence will
+#   become, so a decoder could not generate token by token; dividing row $i$ by its own
+#   number of keys keeps each row a mean over what it sees, as $T$ does for the
+#   bidirectional unit. The checks ask for $i + 1$.
 # * $b$ is an optional position bias (`attn_bias`), added after the division.
 #
 # ### Exercise 5: the gated attention unit
@@ -1034,6 +1440,17 @@ with torch.no_grad():
     assert torch.allclose(causal(x)[:, :3], causal(x[:, :3])), (
         "causal=True: divide row i by i + 1 (its number of keys), not by T")
 print("✓ GatedAttentionUnit passes the visible checks")
+
+# %% [markdown]
+# ### See it: one weak head and a strong gate
+#
+# Left, the unit's attention $A$: no softmax, so rows do not sum to 1 and many weights
+# are exactly 0, and it is not symmetric ($Q$ and $K$ have their own scales and offsets).
+# Middle, the gate $U$ that multiplies $A V$ channel by channel. Right, the output of
+# *your* `GatedAttentionUnit`. Switch on `causal`: the upper triangle empties.
+
+# %% tags=["skip-grading"]
+gau_explorer(fns={"GatedAttentionUnit": GatedAttentionUnit})
 
 # %% [markdown]
 # ## 6. What does a generated token cost?

@@ -28,6 +28,7 @@
 # | 5 | `generate`: decoding one token per step with the KV cache | 3 |
 # | 6 | `train_step`: one AdamW step with gradient clipping | 2 |
 # | 7 | your trained checkpoint `capstone.safetensors` (validation loss) | 4 |
+# | 10 | a short written answer: why did decoder-only models win? | 3 (read by a person) |
 #
 # **How this notebook is graded.** The test cell after each exercise runs quick visible
 # checks. The grader runs its own hidden checks on other inputs and scores each part by the
@@ -108,13 +109,18 @@ _ = torch.manual_seed(0)
 # (pre-norm, arXiv 2002.04745); one final norm comes before the output head. Two recipes
 # fill in the same skeleton:
 #
-# | component | classic (GPT-2) | modern (LLaMA style) |
+# | component | classic (GPT-2) | modern (LLaMA-like, with tied embeddings) |
 # |---|---|---|
 # | positions | learned table `wpe` added to the embeddings | RoPE on q and k (arXiv 2104.09864) |
 # | norm | LayerNorm | RMSNorm (arXiv 1910.07467) |
 # | feed-forward | GELU MLP, hidden 4d | SwiGLU, hidden about 8d/3 (arXiv 2002.05202) |
 # | attention | multi-head | grouped-query, GQA (arXiv 2305.13245) |
 # | biases | yes | no |
+# | output head | tied to the embedding | tied to the embedding |
+#
+# Both recipes tie the output head to the embedding, as GPT-2 does and as suits a model
+# this small; LLaMA and LLaMA 2 themselves keep a separate output matrix, so the modern
+# recipe is LLaMA-*like*.
 #
 # `GPTConfig` (from the toolkit) holds the hyper-parameters; `GPTConfig.modern(...)` and
 # `GPTConfig.classic(...)` pick a recipe. The resolved choices are properties:
@@ -1141,7 +1147,7 @@ for temperature in (0.3, 0.8, 1.2):
 # %% [markdown]
 # ## 9. Classic versus modern, at equal parameters and steps (optional, not graded)
 #
-# `parameter_matched_configs` builds a classic (GPT-2) and a modern (LLaMA-style) config
+# `parameter_matched_configs` builds a classic (GPT-2) and a modern (LLaMA-like) config
 # with the same width, depth and heads, and gives the modern one's parameter savings (no
 # position table, no biases, fewer KV heads) back to its SwiGLU hidden size, so both have
 # about the same number of parameters (counted on your `GPT`, built on PyTorch's `meta`
@@ -1169,6 +1175,41 @@ plot_loss_curves(histories, uniform_loss=math.log(256), title="classic vs modern
 # %% tags=["skip-grading"]
 side_by_side_generation(runs, tokenizer, prompt="def ", max_new_tokens=120,
                         fns={"generate": generate})
+
+# %% [markdown]
+# ## 10. Question: why did decoder-only models win?
+#
+# Nearly every large language model since GPT-3 is decoder-only, like the one you just
+# trained, although BERT-style encoders and T5-style encoder-decoders came first and are
+# still in use. Give **three distinct reasons**, each argued from something you built or
+# measured in this course (the training objective, the KV cache, what a prompt does, ...),
+# and name **one job** for which you would still choose an encoder, with the reason.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "decoder_only_question", "locked": false, "points": 3, "schema_version": 3, "solution": true}
+# ### BEGIN SOLUTION
+# * **Every token is a target.** Next-token prediction turns each position of every text
+#   into a training example: a window of $T$ tokens gives $T$ predictions, with no labels
+#   and no corruption step. Masked-LM learns from the 15% it masks (Assignment 05), so
+#   at equal compute a decoder gets several times more training signal, and the
+#   objective is generation itself rather than a proxy for it.
+# * **One interface for every task.** For a causal model any task is a continuation of
+#   text: a prompt describes the task, and from GPT-3 (arXiv 2005.14165) on, a few
+#   examples in the prompt replace a fine-tuned head (in-context learning); instruction
+#   tuning and chat build on the same interface. An encoder needs a task head and
+#   fine-tuning per task, an encoder-decoder a fixed split into input and output.
+# * **Generation is cheap and the design is simple.** One stack and one causal mask; the
+#   KV cache (Exercise 1) makes each new token cost one row of attention over the cached
+#   keys, and a prompt and its answer share that cache. One homogeneous architecture
+#   scales predictably with parameters and data (the scaling laws of Lecture 07), and
+#   the kernels and serving systems were optimised for it.
+# * **Still an encoder** for classification, tagging, retrieval embeddings or
+#   reranking, where the whole input is known, nothing is generated and every token
+#   should see both sides: a small bidirectional encoder gives better representations
+#   per parameter and one forward pass per input.
+#
+# Marking: 1 point per distinct reason argued from its mechanism (at most 3); 0.5 is
+# taken off a full answer that names no job for an encoder or gives no reason for it.
+# ### END SOLUTION
 
 # %% [markdown]
 # ## What to hand in

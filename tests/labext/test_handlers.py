@@ -43,7 +43,7 @@ async def test_course_lists_outline_exercises_and_points(jp_fetch):
         {"id": "attention", "path": f"release/{ASSIGNMENT}/attention.ipynb"}]
     auto = {e["name"]: e["max_score"] for e in first["exercises"] if e["kind"] == "auto"}
     assert auto == AUTO_POINTS
-    assert [e["kind"] for e in first["exercises"]].count("manual") == 1
+    assert [e["kind"] for e in first["exercises"]].count("manual") == 2  # two written answers
     assert {e["status"] for e in first["exercises"]} == {"unchecked"}
     assert not any(a["released"] for a in course["assignments"][1:])
 

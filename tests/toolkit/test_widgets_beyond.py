@@ -18,13 +18,15 @@ from toolkit.moe import apply_capacity, load_balancing_loss, top_k_gating  # noq
 from toolkit.rwkv import wkv_parallel  # noqa: E402
 from toolkit.ssm import discretize_simplified  # noqa: E402
 from toolkit.widgets.beyond import decoding_cost as DC  # noqa: E402
+from toolkit.widgets.beyond import gau as GA  # noqa: E402
 from toolkit.widgets.beyond import moe as M  # noqa: E402
 from toolkit.widgets.beyond import rwkv as R  # noqa: E402
+from toolkit.widgets.beyond import selectivity as SE  # noqa: E402
 from toolkit.widgets.beyond import ssm as S  # noqa: E402
 from toolkit.widgets.display import HEADLESS_ENV, figure_to_png  # noqa: E402
 
 BUILDERS = [M.router_load_explorer, S.ssm_kernel_explorer, R.rwkv_decay_explorer,
-            DC.decoding_cost_explorer]
+            DC.decoding_cost_explorer, SE.mamba_selectivity_explorer, GA.gau_explorer]
 
 
 @pytest.fixture
@@ -114,6 +116,32 @@ def test_wkv_trace_is_the_marked_tokens_share():
     torch.testing.assert_close(
         trace, R.wkv_trace(w_, 0.5, 3, 1.0, 12, fns={"wkv_recurrent": wkv_parallel}))
     render(R.plot_rwkv_decay())
+
+
+def test_selectivity_keeps_the_marked_token_and_lti_does_not():
+    s = SE.selective_states(selectivity=4.0, bias=-1.0, a=1.0, length=40, mark_at=10)
+    assert s["delta"][10] > 10 * s["delta"][:10].max()  # the marked token's large step
+    assert torch.allclose(s["kept"], torch.exp(-s["delta"]))
+    assert s["selective"][30] > 0.5 * s["selective"][10] > 0  # still held 20 tokens later
+    assert s["lti"][30].abs() < 0.2 * s["selective"][30]
+    flat = SE.selective_states(selectivity=0.0, length=40, mark_at=10)
+    torch.testing.assert_close(flat["selective"], flat["lti"])  # no selectivity: an LTI scan
+
+
+def test_gau_internals_match_the_unit():
+    from toolkit.gau import GatedAttentionUnit
+
+    for causal in (False, True):
+        parts = GA.gau_internals(T=7, causal=causal, seed=3)
+        assert parts["A"].shape == (7, 7) and parts["U"].shape == (7, 16)
+        assert (parts["A"] >= 0).all()
+        if causal:
+            assert torch.equal(parts["A"].triu(1), torch.zeros(7, 7, dtype=torch.float64))
+        same = GA.gau_internals(T=7, causal=causal, seed=3,
+                                fns={"GatedAttentionUnit": GatedAttentionUnit})
+        torch.testing.assert_close(same["out"], parts["out"])
+    bidirectional = GA.gau_internals(T=7, causal=False, seed=3)["A"]
+    assert not torch.allclose(bidirectional, bidirectional.T)  # own scales, offsets for Q, K
 
 
 def test_decoding_costs():

@@ -18,6 +18,7 @@ import toolkit.differential  # noqa: E402
 import toolkit.distill  # noqa: E402
 import toolkit.ffn  # noqa: E402
 import toolkit.flash  # noqa: E402
+import toolkit.gau  # noqa: E402
 import toolkit.generate  # noqa: E402
 import toolkit.gqa  # noqa: E402
 import toolkit.linear_attention  # noqa: E402
@@ -84,6 +85,8 @@ CASES = [
     (B.router_load_explorer, {}, "load_balancing_loss", toolkit.moe),
     (B.ssm_kernel_explorer, {}, "discretize_zoh", toolkit.ssm),
     (B.rwkv_decay_explorer, {}, "wkv_recurrent", toolkit.rwkv),
+    (B.mamba_selectivity_explorer, {}, "selective_scan", toolkit.ssm),
+    (B.gau_explorer, {}, "GatedAttentionUnit", toolkit.gau),
     (B.decoding_cost_explorer, {}, "kv_cache_bytes", toolkit.gqa),
     (G.sampling_playground, {"logits": torch.linspace(2, -2, 12)}, "apply_temperature",
      toolkit.generate),

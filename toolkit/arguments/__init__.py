@@ -31,6 +31,7 @@ from .beyond import (  # noqa: F401
     check_gating,
     check_routing,
     check_selective_inputs,
+    check_ssd_inputs,
     check_step_sizes,
     check_top_k,
     check_wkv_inputs,

@@ -120,3 +120,19 @@ def check_wkv_inputs(k: Tensor, v: Tensor, w: Tensor, u: Tensor) -> None:
     for name, t in (("w", w), ("u", u)):
         if t.shape != (k.size(-1),):
             raise ValueError(f"{name} must be (C={k.size(-1)},), got {tuple(t.shape)}")
+
+
+def check_ssd_inputs(x: Tensor, log_a: Tensor, B: Tensor, C: Tensor) -> None:
+    """Mamba-2's scalar-decay SSM inputs: ``x (batch, L, H, P)``, ``log_a (batch, L, H)``,
+    ``B, C (batch, L, H, N)`` (see :func:`toolkit.ssm.ssd_recurrent`)."""
+    if x.dim() != 4:
+        raise ValueError(f"x must be (batch, L, heads, d_head), got {tuple(x.shape)}")
+    if tuple(log_a.shape) != tuple(x.shape[:3]):
+        raise ValueError(
+            f"log_a must be (batch, L, heads) = {tuple(x.shape[:3])}, got {tuple(log_a.shape)}"
+        )
+    if B.dim() != 4 or tuple(B.shape[:3]) != tuple(x.shape[:3]) or C.shape != B.shape:
+        raise ValueError(
+            f"B and C must both be (batch, L, heads, N) with (batch, L, heads) = "
+            f"{tuple(x.shape[:3])}, got {tuple(B.shape)} and {tuple(C.shape)}"
+        )

@@ -45,8 +45,11 @@ from torch import Tensor, nn
 from toolkit.arguments import check_capacity_factor, check_dispatch_inputs, check_int, check_routing
 
 
-def expert_capacity(n_tokens: int, n_experts: int, k: int = 1, capacity_factor: float = 1.0) -> int:
+def expert_capacity(n_tokens: int, n_experts: int, k: int, capacity_factor: float = 1.0) -> int:
     """Buffer size per expert: ``ceil(capacity_factor * k * n_tokens / n_experts)``.
+
+    Every token takes ``k`` places, so ``k`` has no default: a default of 1 would silently
+    give a top-2 layer half the capacity it needs.
 
     ``capacity_factor = 1`` fits a perfectly even split; Switch trains with 1.0 to 1.25.
     The product is taken exactly, on the factor as written: in floats, ``1.1 * 100 / 10``
@@ -78,7 +81,7 @@ def apply_capacity(indices: Tensor, n_experts: int, capacity: int) -> tuple[Tens
     check_int("capacity", capacity, minimum=0)
     n_tokens, k = indices.shape
     queue = indices.t().reshape(-1)  # slot-major: all first choices, then all second choices
-    one_hot = F.one_hot(queue, n_experts)  # (k * n_tokens, E)
+    one_hot = F.one_hot(queue.long(), n_experts)  # (k * n_tokens, E); one_hot takes int64
     arrival = (one_hot.cumsum(dim=0) * one_hot).sum(-1) - 1  # 0, 1, 2, ... within each expert
     kept = (arrival < capacity).reshape(k, n_tokens).t()  # back to (n_tokens, k)
     return kept, int((~kept).sum())

@@ -84,7 +84,18 @@ def top_k_gating(
 
 
 def flatten_router_logits(router_logits, attention_mask) -> tuple[Tensor, Tensor]:
-    """``(logits (n_tokens, n_experts), weight (n_tokens,))`` over every layer's tokens."""
+    """Every layer's router logits as one table, and a weight per row for the averages.
+
+    Args:
+        router_logits: ``(n_tokens, n_experts)``, or a tuple or list of them (one per layer).
+        attention_mask: ``(batch, seq)`` with 1 for real tokens and 0 for padding
+            (``batch * seq`` = each layer's ``n_tokens``), or ``None``.
+
+    Returns:
+        ``(logits, weight)``: ``logits`` ``(n_layers * n_tokens, n_experts)``, layer 0's
+        tokens first; ``weight`` ``(n_layers * n_tokens,)`` in the dtype of the logits,
+        1.0 for a real token and 0.0 for padding (all ones without a mask).
+    """
     layers = list(router_logits) if isinstance(router_logits, (tuple, list)) else [router_logits]
     if not layers:
         raise ValueError("router_logits is empty: pass a tensor or a tuple of per-layer tensors")

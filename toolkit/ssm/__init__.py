@@ -16,6 +16,9 @@ as a parallel scan (when they do: Mamba, arXiv 2312.00752).
   convolutional form (equal to the recurrent one).
 * :mod:`toolkit.ssm.selective`: Mamba's selective scan, sequential and parallel
   (associative scan), and the one-token step used for generation.
+* :mod:`toolkit.ssm.duality`: Mamba-2's state-space duality: with one scalar decay per
+  head the scan equals a masked attention ``(L o C B^T) x`` with a 1-semiseparable mask,
+  and the chunked form (quadratic inside chunks, recurrent between them) equals both.
 * :mod:`toolkit.ssm.mamba`: the Mamba block (``MambaMixer``), parameter for parameter
   the computation of Hugging Face's ``MambaMixer``, with a constant-size cache.
 
@@ -24,6 +27,12 @@ independent SSM per channel, as in S4D and Mamba) and state size ``N`` has a dia
 ``A`` stored as ``(H, N)``.
 """
 
+from toolkit.ssm.duality import (
+    semiseparable_mask,
+    ssd_attention,
+    ssd_chunked,
+    ssd_recurrent,
+)
 from toolkit.ssm.lti import (
     broadcast_delta,
     discretize_simplified,
@@ -52,6 +61,10 @@ __all__ = [
     "selective_scan",
     "selective_scan_parallel",
     "selective_step",
+    "semiseparable_mask",
+    "ssd_attention",
+    "ssd_chunked",
+    "ssd_recurrent",
     "ssm_convolutional",
     "ssm_kernel",
     "ssm_recurrent",

@@ -64,6 +64,8 @@ BUILDERS = {
         "router_load_explorer",
         "ssm_kernel_explorer",
         "rwkv_decay_explorer",
+        "mamba_selectivity_explorer",
+        "gau_explorer",
         "decoding_cost_explorer",
     ),
     "generation": ("sampling_playground", "side_by_side_generation"),

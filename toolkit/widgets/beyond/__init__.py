@@ -10,13 +10,20 @@ What each one is for
   how Mamba's input-dependent step can wipe the memory at a chosen token.
 * :func:`rwkv_decay_explorer`: RWKV's per-channel decay and one marked token's share of
   the WKV average over time.
+* :func:`mamba_selectivity_explorer`: Mamba's input-dependent step ``delta_t`` per token,
+  the share of the state each step keeps, and the state of the selective scan against an
+  LTI scan with one step for every token.
+* :func:`gau_explorer`: the gated attention unit's squared-ReLU attention, its gate ``U``
+  and its output.
 * :func:`decoding_cost_explorer`: memory and arithmetic per generated token of attention
   with a KV cache, Mamba and RWKV as the context grows.
 
 Each builder draws with the student's own functions where given, by their toolkit names:
 ``router_load_explorer(fns={"top_k_gating": top_k_gating, "load_balancing_loss":
 load_balancing_loss})``, ``ssm_kernel_explorer(fns={"discretize_zoh": discretize_zoh})``,
-``rwkv_decay_explorer(fns={"wkv_recurrent": wkv_recurrent})``, and
+``rwkv_decay_explorer(fns={"wkv_recurrent": wkv_recurrent})``,
+``mamba_selectivity_explorer(fns={"selective_scan": selective_scan})``,
+``gau_explorer(fns={"GatedAttentionUnit": GatedAttentionUnit})``, and
 ``decoding_cost_explorer(fns={"kv_cache_bytes": kv_cache_bytes})`` (Assignment 03).
 
 Every builder has a matching pure ``plot_*`` function that returns a
@@ -25,7 +32,8 @@ through :func:`toolkit.widgets.display.live_figure`. With ``TOOLKIT_HEADLESS=1``
 the autograder) builders return a small placeholder and draw nothing.
 
 Modules: :mod:`~toolkit.widgets.beyond.moe`, :mod:`~toolkit.widgets.beyond.ssm`,
-:mod:`~toolkit.widgets.beyond.rwkv`, :mod:`~toolkit.widgets.beyond.decoding_cost`.
+:mod:`~toolkit.widgets.beyond.selectivity`, :mod:`~toolkit.widgets.beyond.rwkv`,
+:mod:`~toolkit.widgets.beyond.gau`, :mod:`~toolkit.widgets.beyond.decoding_cost`.
 """
 
 from toolkit.widgets.beyond.decoding_cost import (
@@ -33,12 +41,19 @@ from toolkit.widgets.beyond.decoding_cost import (
     decoding_costs,
     plot_decoding_costs,
 )
+from toolkit.widgets.beyond.gau import gau_explorer, gau_internals, plot_gau
 from toolkit.widgets.beyond.moe import plot_router_load, router_load_explorer, simulate_router
 from toolkit.widgets.beyond.rwkv import (
     channel_decays,
     plot_rwkv_decay,
     rwkv_decay_explorer,
     wkv_trace,
+)
+from toolkit.widgets.beyond.selectivity import (
+    mamba_selectivity_explorer,
+    plot_mamba_selectivity,
+    selective_states,
+    selectivity_inputs,
 )
 from toolkit.widgets.beyond.ssm import (
     memory_horizon,
@@ -50,6 +65,13 @@ from toolkit.widgets.beyond.ssm import (
 
 __all__ = [
     "channel_decays",
+    "gau_explorer",
+    "gau_internals",
+    "mamba_selectivity_explorer",
+    "plot_gau",
+    "plot_mamba_selectivity",
+    "selective_states",
+    "selectivity_inputs",
     "decoding_cost_explorer",
     "decoding_costs",
     "memory_horizon",
