@@ -58,6 +58,7 @@ from toolkit.ssm import (  # noqa: E402
     selective_step,
     ssm_convolutional,
     ssm_kernel,
+    ssd_recurrent,
     ssm_recurrent,
 )
 from toolkit.widgets.beyond import (  # noqa: E402
@@ -270,6 +271,13 @@ for c in range(d_inner):
     M = (C[0] @ B[0].T) * decay  # (L ∘ C B^T)
     y_attention[0, :, c] = M @ (delta[0, :, c] * u[0, :, c])
 print("max |scan - masked attention| =", (y_scan - y_attention).abs().max().item())
+
+# The toolkit's scalar-decay recurrence gives the same numbers (one head per channel, with
+# a state of one row): h_t = a_t h_{t-1} + x_t B_t^T, y_t = h_t C_t, with x_t = delta_t u_t.
+heads = (1, L_seq, d_inner, N)
+y_recurrent = ssd_recurrent((delta * u)[..., None], log_a[None], B[:, :, None].expand(heads),
+                            C[:, :, None].expand(heads))[..., 0]
+print("max |recurrence - masked attention| =", (y_recurrent - y_attention).abs().max().item())
 
 # The same scan, one token at a time (how Mamba generates): a fixed-size state in, one
 # output and the next state out.

@@ -37,6 +37,7 @@ NOT_FOR_NOTEBOOKS = {
     "use_position_functions": "how trained_models and measure take a student's apply_rope (fns=)",
     "PositionModelConfig": "a PositionGPT's sizes; notebooks call position_model",
     "check_step_sizes": "an argument check of toolkit.ssm; no notebook calls it",
+    "selective_scan_parallel": "the hidden checks' reference scan; 06 has students write theirs",
     "main": "the command line `python -m toolkit.train`; lecture 07 trains through train()",
     "Unwritten": "friendly_errors' reading of a stub's message; notebooks call friendly_errors()",
     "unwritten_exercise": "friendly_errors' and the widgets' reading of a stub's message",
