@@ -12,9 +12,9 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from . import report
-from .course import Course, available_assignments
-from .grade import grade
+from ..grading.grade import grade
+from ..reports import report
+from ..workspace.course import Course, available_assignments
 from .submissions import make_class, write_submissions
 
 DEMO_CELL_TIMEOUT = 10

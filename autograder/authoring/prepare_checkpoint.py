@@ -3,7 +3,7 @@
 ``autograder validate`` and ``autograder demo`` grade submissions made from the
 instructor notebook; when the assignment asks for a trained checkpoint next to the
 notebook, the assignment's ``prepare`` script makes one for each made submission
-(:func:`autograder.submissions.run_prepare`). Such a script (05's and 07's
+(:func:`autograder.authoring.submissions.run_prepare`). Such a script (05's and 07's
 ``prepare_submission.py``) says what to train and how to save it; this module does the
 rest, the same for all of them:
 

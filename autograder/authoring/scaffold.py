@@ -19,7 +19,7 @@ import re
 import string
 from pathlib import Path
 
-from .course import ASSIGNMENTS_DIR, CourseError
+from ..workspace.course import ASSIGNMENTS_DIR, CourseError
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]*[a-z0-9]")

@@ -22,7 +22,8 @@ import nbformat
 from nbgrader.preprocessors import ClearSolutions
 from tqdm import tqdm
 
-from .course import AssignmentSpec, Course, CourseError, Mutant, notebook_from_text
+from ..workspace.assignment_spec import apply_mutant
+from ..workspace.course import AssignmentSpec, Course, CourseError, notebook_from_text
 from .prepare_checkpoint import checkpoint_cache_dir
 from .warm_script import run_script
 
@@ -60,17 +61,6 @@ def fill_solutions(released: nbformat.NotebookNode, source: nbformat.NotebookNod
         if _is_solution(cell) and _grade_id(cell) in answers:
             cell.source = answers[_grade_id(cell)]
     return nb
-
-
-def apply_mutant(spec: AssignmentSpec, mutant: Mutant) -> str:
-    text = spec.source_text(mutant.notebook)
-    count = text.count(mutant.find)
-    if count != 1:
-        raise CourseError(
-            f"{spec.path / 'assignment.toml'}: mutant '{mutant.name}': its `find` text occurs "
-            f"{count} times in {mutant.notebook}.py (it must occur exactly once)"
-        )
-    return text.replace(mutant.find, mutant.replace)
 
 
 def released_notebook(course: Course, spec: AssignmentSpec, nb_id: str):
@@ -221,7 +211,7 @@ def write_submissions(
     it runs for each submission that is not degenerate, ``workers`` at a time (default:
     the cores; each run is its own process), with a progress bar on stderr. Trained
     checkpoints are kept in the checkpoint cache between calls
-    (:func:`~autograder.prepare_checkpoint.checkpoint_cache_dir`).
+    (:func:`.prepare_checkpoint.checkpoint_cache_dir`).
     """
     for student, notebooks in students.items():
         folder = course.path("submitted", student, spec.name)
@@ -265,11 +255,11 @@ def run_prepare(spec: AssignmentSpec, folder: Path, student: str, scratch: Path)
     assignment folder; it runs as ``python script.py <student id>`` (with this Python, the
     submission folder as working directory, at most ``submission_timeout`` seconds; forked
     from a process that has imported torch already,
-    :func:`~autograder.warm_script.run_script`) after the submission's notebooks are
+    :func:`~autograder.authoring.warm_script.run_script`) after the submission's notebooks are
     written, and writes what that student would hand in next to them.
     ``AUTOGRADER_PREPARE_SCRATCH`` names a folder the runs share, within one
     :func:`write_submissions` call and across calls: the checkpoint cache
-    (:func:`~autograder.prepare_checkpoint.checkpoint_cache_dir`), or a folder of this call
+    (:func:`.prepare_checkpoint.checkpoint_cache_dir`), or a folder of this call
     alone when that is off. The runs may overlap, so the script must guard what it shares
     (key its files by all they depend on). A failure is reported on stderr and grading goes
     on: the submission then lacks the file, as a student's would. Returns whether the script

@@ -15,9 +15,9 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from .course import Course
-from .grade import grade
-from .report import collect
+from ..grading.grade import grade
+from ..reports.report import collect
+from ..workspace.course import Course
 from .submissions import make_class, write_submissions
 
 

@@ -1,6 +1,6 @@
 """Run a Python script in a process forked from a parent that has already imported torch.
 
-A ``prepare`` script (:func:`autograder.submissions.run_prepare`) trains one made
+A ``prepare`` script (:func:`autograder.authoring.submissions.run_prepare`) trains one made
 submission's checkpoint. Started as ``python script.py STUDENT``, each run first spends
 about 3.5 s of CPU importing what every run imports: torch, the part of torch that its
 optimizers load on first use (``torch._dynamo``, 1.5 s alone), matplotlib, ipywidgets and
@@ -8,14 +8,14 @@ the toolkit. ``validate 05-blocks`` trains about twenty checkpoints: a minute of
 importing the same modules again and again.
 
 :func:`run_script` pays it once per process that calls it. The first call starts a
-server (``python -m autograder.warm_script``) that imports :data:`PRELOAD` and then
+server (``python -m autograder.authoring.warm_script``) that imports :data:`PRELOAD` and then
 forks one child per run, so no run sees anything an earlier run did. The child becomes
 what ``python script.py ARGS`` would have been: the script runs as ``__main__`` with that
 ``sys.argv``, working directory, environment and ``sys.path[0]``, its stdout and stderr
 go to files the caller reads back, and its exit status is that of ``sys.exit``. The
 caller gets a :class:`subprocess.CompletedProcess`, or :class:`subprocess.TimeoutExpired`,
 as from :func:`subprocess.run`. This is the kernels' fork server
-(:mod:`autograder.zygote`) without the sandbox: prepare scripts are the instructor's.
+(:mod:`autograder.sandbox.inside.zygote`) without the sandbox: prepare scripts are the instructor's.
 
 Protocol, one JSON object per line each way: the server first writes
 ``{"ready": true}`` (or ``false`` with an ``"error"``), then answers
@@ -49,7 +49,7 @@ from pathlib import Path
 #: matplotlib, ipywidgets and the toolkit with its widgets (1). A module that fails to
 #: import is skipped; a script that needs it imports it itself.
 PRELOAD = ("torch", "torch._dynamo", "numpy", "matplotlib.figure", "ipywidgets",
-           "IPython.display", "toolkit", "autograder.prepare_checkpoint")
+           "IPython.display", "toolkit", "autograder.authoring.prepare_checkpoint")
 #: How often a waiting caller asks whether its run has ended (seconds).
 POLL_INTERVAL = 0.1
 
@@ -107,7 +107,7 @@ def _become_script(request: dict) -> None:
 
 
 def serve() -> None:
-    """The server's main loop (``python -m autograder.warm_script``)."""
+    """The server's main loop (``python -m autograder.authoring.warm_script``)."""
     # The protocol keeps the original stdout; whatever an import prints goes to stderr.
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
@@ -160,14 +160,14 @@ class _Server:
         self.lock = threading.Lock()
         self.owner = os.getpid()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "autograder.warm_script"], stdin=subprocess.PIPE,
+            [sys.executable, "-m", "autograder.authoring.warm_script"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
             env={**os.environ,
                  # One OpenMP thread while importing torch: forking copies no other thread.
                  "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                  # Finds autograder where this process found it (a checkout, a wheel).
                  "PYTHONPATH": os.pathsep.join(filter(None, [
-                     str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))},
+                     str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))},
         )
         ready = json.loads(self.proc.stdout.readline() or "{}")
         if not ready.get("ready"):

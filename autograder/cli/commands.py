@@ -9,8 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from .arguments import COUNT, FRACTION, SECONDS, WAIT, check_report_options, output_file
-from .course import Course, CourseError, available_assignments
+from ..workspace.course import Course, CourseError, available_assignments
+from .options import COUNT, FRACTION, SECONDS, WAIT, check_report_options, output_file
 
 
 def _course(args) -> Course:
@@ -18,7 +18,7 @@ def _course(args) -> Course:
 
 
 def cmd_init(args) -> int:
-    from . import gradebook_url
+    from ..workspace import gradebook_url
 
     course = _course(args)
     if args.db_url:
@@ -46,7 +46,7 @@ def cmd_release(args) -> int:
     if not (course.root / "nbgrader_config.py").exists():
         course.init()
     if args.student_toolkit or args.student_lab:
-        from .student_build import release_student_builds
+        from ..student.release import release_student_builds
 
         release_student_builds(course, toolkit=args.student_toolkit, lab=args.student_lab,
                                unlocked=args.unlock or [])
@@ -94,7 +94,7 @@ def cmd_collect(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from .grade import grade
+    from ..grading.grade import grade
 
     course = _course(args)
     result = grade(
@@ -116,25 +116,25 @@ def cmd_grade(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from . import report
+    from ..reports import report
 
     course = _course(args)
     check_report_options(args, course.command)
     args.plot, args.html = output_file(args.plot), output_file(args.html)
 
     if args.similarity:
-        from . import similarity_report
+        from ..reports import similarity_report
 
         return similarity_report.main(course, args)
     if args.checks:
-        from . import check_progress
+        from ..reports import check_my_work_progress
 
-        return check_progress.main(course, args)
+        return check_my_work_progress.main(course, args)
     return report.main(course, args)
 
 
 def cmd_export(args) -> int:
-    from . import export
+    from ..reports import export
 
     args.output = output_file(args.output)
 
@@ -142,7 +142,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_roster(args) -> int:
-    from .roster import import_roster
+    from ..workspace.roster import import_roster
 
     added, updated = import_roster(_course(args), args.file)
     print(f"Roster {args.file}: {added} student(s) added, {updated} updated in the gradebook")
@@ -165,7 +165,7 @@ def cmd_feedback(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from .validate import validate
+    from ..authoring.validate import validate
 
     names = [args.name] if args.name else available_assignments(Course().assignments_dir)
     ok = validate(names, workers=args.workers)
@@ -174,7 +174,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_new(args) -> int:
-    from .scaffold import new_assignment, next_steps
+    from ..authoring.scaffold import new_assignment, next_steps
 
     files = new_assignment(args.name, title=args.title, notebook=args.notebook)
     print(next_steps(args.name, files))
@@ -182,7 +182,7 @@ def cmd_new(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from .demo import demo
+    from ..authoring.demo import demo
 
     root = demo(args.dir, assignments=args.assignment, workers=args.workers)
     print(f"\nDemo finished. Workspace and reports: {root}")
@@ -190,7 +190,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_serve_checks(args) -> int:
-    from .labext.check_service import serve
+    from ..labext.service_side.serve_checks import serve
 
     try:
         serve(_course(args).root, socket_path=args.socket, listen=args.listen,
@@ -318,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .workers import Terminated, stop_on_termination
+    from ..grading.workers import Terminated, stop_on_termination
 
     args = build_parser().parse_args(argv)
     try:

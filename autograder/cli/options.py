@@ -7,7 +7,7 @@ import argparse
 import os
 from pathlib import Path
 
-from .course import CourseError
+from ..workspace.course import CourseError
 
 
 def _positive(kind, zero_too=False):

@@ -7,7 +7,7 @@ The named mutants of an assignment already encode the classic mistakes, so we as
 better question: *would that mistake have answered the same?*
 
 For every failing check we know exactly what it asked the student's kernel and what came
-back (:class:`autograder.protocol.Exchange`). The :mod:`autograder.oracle` replays the same
+back (:class:`autograder.protocol.trusted.Exchange`). The :mod:`.oracle` replays the same
 requests against the instructor's notebook with one mutant applied. If the mutant's
 answers equal the student's on every request the check made, that mistake explains the
 failure: its fingerprint matches. The feedback then says so once, at the top of the
@@ -24,7 +24,7 @@ inverted ``causal_mask`` would, but ``causal_mask`` passed its own checks), and 
 one failing check it would have answered wrongly but not as the student did (fp16's
 2 bytes left out halves an answer as a missing K and V factor 2 does; the fp32 case tells
 them apart). Mistakes that are no named mutant get the line of
-:mod:`autograder.upstream` instead, when an earlier exercise they call fails too.
+:mod:`autograder.grading.upstream` instead, when an earlier exercise they call fails too.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from typing import Any
 
 import torch
 
-from .course import AssignmentSpec, notebook_from_text
-from .jobs import CheckRecord
+from ..jobs import CheckRecord
+from ..protocol.trusted import Exchange, ForbiddenShortcut, SubmissionError, decode_reply
+from ..workspace.assignment_spec import AssignmentSpec, apply_mutant, notebook_from_text
 from .oracle import MistakeOracle, OracleError
-from .protocol import Exchange, ForbiddenShortcut, SubmissionError, decode_reply
 from .scoring import check_key
 
 #: What a failing stub says; such a check is "not attempted", never a mistake.
@@ -332,8 +332,6 @@ def _variant(spec: AssignmentSpec, notebook_id: str, label: str, source: str) ->
 
 
 def _mutated_source(spec: AssignmentSpec, mutant) -> str:
-    from .submissions import apply_mutant
-
     return apply_mutant(spec, mutant)
 
 

@@ -24,13 +24,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from . import gpu
+from ..jobs import Job, NotebookResult
+from ..sandbox import gpu
+from ..sandbox.execute import kernel_start_mode
+from ..sandbox.isolation import hidden_from_kernels
+from ..workspace.course import AssignmentSpec, Course, CourseError
 from . import gradebook as writer
-from .course import AssignmentSpec, Course, CourseError
-from .execute import kernel_start_mode
-from .jobs import Job, NotebookResult
 from .runner import WorkerSetupError, describe_isolation, grade_notebook
-from .sandbox import hidden_from_kernels
 from .sanitize import NotGradable, grade_cell_ids, read_submission, sanitize
 from .workers import (
     raise_if_stop_requested,

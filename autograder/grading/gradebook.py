@@ -30,9 +30,9 @@ from nbformat.corpus.words import generate_corpus_id
 from nbgrader import utils as nbutils
 from sqlalchemy.exc import OperationalError
 
-from .course import Course, CourseError
-from .jobs import NotebookResult
-from .limits import MiB, format_size
+from ..jobs import NotebookResult
+from ..limits import MiB, format_size
+from ..workspace.course import Course, CourseError
 from .scoring import cell_report_markdown, score_cells
 from .upstream import exercise_uses
 

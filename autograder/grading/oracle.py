@@ -2,7 +2,7 @@
 
 Every named mutant of an assignment (``[[mutants]]`` in ``assignment.toml``) is a classic
 mistake written as a text edit of the instructor's solution. To recognise one in a
-student's work (:mod:`autograder.diagnosis`), the grader replays the requests a failing
+student's work (:mod:`autograder.grading.diagnosis`), the grader replays the requests a failing
 check sent to the student's kernel against the mutated solution and compares the answers.
 
 The replay runs here, in a helper process of the grader: trusted (it executes instructor
@@ -11,7 +11,7 @@ change (seeds, default dtypes, thread counts, environment variables) never leaks
 checks of the next submission. It runs each variant of the notebook the way the grading
 kernel runs a submission (code cells in order; test cells and cells tagged
 ``skip-grading`` left out) and answers requests with the very bridge the kernel uses
-(:meth:`autograder.kernel_side._AutograderBridge.respond`), so a replay means exactly what
+(:meth:`autograder.protocol.kernel_side._AutograderBridge.respond`), so a replay means exactly what
 the original request meant.
 
 Messages are pickled both ways (both ends are trusted), each preceded by its length:
@@ -66,8 +66,8 @@ def _read(stream):
 # -- the helper process -----------------------------------------------------------------
 def graded_cells(source: str) -> list[str]:
     """The code a grading kernel runs for this notebook source, cell by cell."""
-    from .course import notebook_from_text
-    from .execute import SKIP_TAG  # imported here: the helper process never needs it
+    from ..sandbox.execute import SKIP_TAG  # imported here: the helper process never needs it
+    from ..workspace.course import notebook_from_text
 
     cells = []
     for cell in notebook_from_text(source).cells:
@@ -86,7 +86,7 @@ _SCRATCH_PREFIX = "autograder-oracle-"
 def _sweep_stale_scratch() -> None:
     """Remove the scratch folders of helpers that no longer run (one killed with its
     grader never reaches its own clean-up)."""
-    from .storage import stale_scratch_folders
+    from ..sandbox.storage import stale_scratch_folders
 
     for path in stale_scratch_folders(_SCRATCH_PREFIX):
         shutil.rmtree(path, ignore_errors=True)
@@ -105,7 +105,7 @@ class _Variants:
         if key not in self.bridges:
             if cells is None:
                 raise KeyError(f"variant {key!r} was never sent")
-            from . import kernel_side
+            from ..protocol import kernel_side
 
             workdir = self.scratch / f"variant-{len(self.bridges)}"
             workdir.mkdir()
@@ -146,7 +146,7 @@ def serve(stdin=None, stdout=None) -> None:
     # of time (MistakeOracle.start) then answers its first diagnosis without this wait.
     import torch  # noqa: F401
 
-    from . import kernel_side  # noqa: F401
+    from ..protocol import kernel_side  # noqa: F401
 
     variants = _Variants()
     try:
@@ -174,7 +174,7 @@ class MistakeOracle:
     def __init__(self, uses_gpu: bool = False):
         #: Replay on the GPU, as the kernels of a ``gpu = true`` assignment ran: a check
         #: that computes on the GPU there must compute on it here too, or no answer of a
-        #: mistake would match the student's (see :mod:`autograder.gpu`).
+        #: mistake would match the student's (see :mod:`autograder.sandbox.gpu`).
         self.uses_gpu = uses_gpu
         self._process: subprocess.Popen | None = None
         self._sent: set[str] = set()  # variants the running helper has executed
@@ -184,7 +184,7 @@ class MistakeOracle:
         """The helper's environment: ours, as a grading kernel would see it."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("JPY_")}
         # What a grading kernel sees: no widgets drawn, no display, one thread, Triton's
-        # interpreter unless told otherwise (see autograder.sandbox.kernel_environment).
+        # interpreter unless told otherwise (see autograder.sandbox.isolation.kernel_environment).
         env.update(
             TOOLKIT_HEADLESS="1",
             MPLBACKEND="Agg",
@@ -197,7 +197,7 @@ class MistakeOracle:
 
     def _start(self) -> subprocess.Popen:
         return subprocess.Popen(
-            [sys.executable, "-m", "autograder.oracle"],
+            [sys.executable, "-m", "autograder.grading.oracle"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

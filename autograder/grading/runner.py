@@ -4,7 +4,7 @@ This is the unit of work that runs in parallel (a local process pool or a Dask
 worker). It takes a :class:`~autograder.jobs.Job` and returns a
 :class:`~autograder.jobs.NotebookResult`, touches nothing but the submission's own
 capped storage, and never writes the gradebook: the single writer in
-:mod:`autograder.gradebook` does that.
+:mod:`autograder.grading.gradebook` does that.
 """
 
 from __future__ import annotations
@@ -18,14 +18,15 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from . import gpu, kernel_side
-from .execute import KernelSession
-from .jobs import CheckRecord, Job, NotebookResult
-from .limits import Limits
-from .protocol import Submission
-from .sandbox import bwrap_path, isolation_level
-from .slots import sandbox_slot
-from .storage import caps_in_force
+from ..jobs import CheckRecord, Job, NotebookResult
+from ..limits import Limits
+from ..protocol import kernel_side
+from ..protocol.trusted import Submission
+from ..sandbox import gpu
+from ..sandbox.execute import KernelSession
+from ..sandbox.isolation import bwrap_path, isolation_level
+from ..sandbox.slots import sandbox_slot
+from ..sandbox.storage import caps_in_force
 
 
 class _CheckPlugin:
@@ -123,10 +124,10 @@ def run_checks(checks_dir: Path, submission: Submission) -> tuple[list[CheckReco
 
 
 def _diagnose(job: Job, result: NotebookResult, transcripts: dict) -> None:
-    """Name the classic mistakes behind failing checks (see :mod:`autograder.diagnosis`)."""
+    """Name the classic mistakes behind failing checks (see :mod:`autograder.grading.diagnosis`)."""
     if job.assignment_dir is None or all(c.passed for c in result.checks):
         return
-    from .course import AssignmentSpec
+    from ..workspace.course import AssignmentSpec
     from .diagnosis import annotate, diagnose
     from .oracle import shared_oracle
 

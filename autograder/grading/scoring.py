@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 import re
 
-from .jobs import CheckRecord
+from ..jobs import CheckRecord
 
 
 def score_cells(
@@ -23,8 +23,8 @@ def score_cells(
 ) -> dict[str, dict]:
     """``{grade_id: {"score", "max_score", "passed", "total", "checks", "diagnoses",
     "attempted", "upstream"}}``; ``diagnoses`` are
-    :meth:`autograder.diagnosis.Diagnosis.as_dict`, ``uses`` is
-    :func:`autograder.upstream.exercise_uses` of the notebook."""
+    :meth:`autograder.grading.diagnosis.Diagnosis.as_dict`, ``uses`` is
+    :func:`autograder.grading.upstream.exercise_uses` of the notebook."""
     table, uses = {}, uses or {}
     for grade_id, max_score in points.items():
         mine = [c for c in checks if c.grade_cell == grade_id]

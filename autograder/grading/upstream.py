@@ -4,7 +4,7 @@ Exercises build on each other: a decoder block calls the student's multi-head at
 which calls their attention weights. When the attention weights are wrong, every check of
 the block fails too, and each of its hints (the norm's place, the residual, the mask)
 sends the student to rewrite a block that may well be right. The named mistakes of
-:mod:`autograder.diagnosis` say where to look only for the classic mistakes; this module
+:mod:`autograder.grading.diagnosis` say where to look only for the classic mistakes; this module
 says it for any mistake, from the code itself.
 
 It reads the graded notebook's own code (never runs it): every top-level ``def`` and
@@ -14,7 +14,7 @@ layout of every notebook of the course); one in a given cell or a cell of the st
 own belongs to none, but is followed through, so a block that reaches the student's norm
 through a given helper still counts as calling it. The result,
 ``{exercise: {earlier exercise it calls: [names it reaches there]}}``, is turned into a line
-at the top of each failing exercise whose callees fail too (:func:`autograder.scoring.score_cells`).
+at the top of each failing exercise whose callees fail too (:func:`.scoring.score_cells`).
 
 The analysis is by name, as Python looks names up at the end of the notebook: the last
 definition of a name wins, and a local variable that happens to share a name with an

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from .protocol import ForbiddenShortcut, SubmissionError
+from .trusted import ForbiddenShortcut, SubmissionError
 
 
 class CheckFailure(AssertionError):

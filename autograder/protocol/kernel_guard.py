@@ -1,7 +1,7 @@
 """The kernel side of a check's ``forbid`` list: shortcuts switched off while it runs.
 
-Like :mod:`autograder.kernel_side`, whose bridge uses it, this file's *source* is executed
-inside the student's kernel (:func:`autograder.kernel_side.kernel_source`), so it imports
+Like :mod:`autograder.protocol.kernel_side`, whose bridge uses it, this file's *source* is executed
+inside the student's kernel (:func:`autograder.protocol.kernel_side.kernel_source`), so it imports
 the standard library only. Nothing here is trusted either: it is a tripwire for a
 shortcut taken in good faith, and a student can switch it off in their own kernel.
 """

@@ -10,7 +10,7 @@ student's function or class, and writes the result back as JSON + safetensors.
 Nothing here is trusted: a student can replace any of it. The trusted process
 therefore validates everything it reads back (types, dtypes, shapes, sizes) and
 does every comparison itself. The guard behind a check's ``forbid`` list lives in
-:mod:`autograder.kernel_guard`; :func:`kernel_source` is both files' source, as the
+:mod:`autograder.protocol.kernel_guard`; :func:`kernel_source` is both files' source, as the
 kernel receives it.
 """
 
@@ -117,7 +117,7 @@ class _AutograderBridge:
         """``(reply, result tensors)`` for a decoded request, with no files involved.
 
         The grader also uses this, in a trusted process and on instructor code only, to
-        replay a check's requests against the named mistakes (autograder.diagnosis).
+        replay a check's requests against the named mistakes (autograder.grading.diagnosis).
         """
         violations, callers = [], []
         reply = {"ok": True, "violations": violations, "called_from": callers}

@@ -6,7 +6,7 @@ A hidden check never imports or executes student code. It calls, e.g.::
 
 which writes the inputs to a safetensors file and a JSON request into the
 submission's private working directory, asks the kernel to run
-``__autograder__.handle(request)`` (see :mod:`autograder.kernel_side`) and reads the
+``__autograder__.handle(request)`` (see :mod:`autograder.protocol.kernel_side`) and reads the
 reply back. Only JSON and safetensors cross the boundary (never pickle), both are
 size-capped and validated here, and all comparisons happen in this process.
 """
@@ -25,8 +25,8 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save_file
 
-from .limits import Limits
-from .slots import hand_over
+from ..limits import Limits
+from ..sandbox.slots import hand_over
 
 MAX_REPLY_JSON = 1 * 2**20
 MAX_REPLY_TENSORS = 64 * 2**20

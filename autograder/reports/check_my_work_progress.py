@@ -1,7 +1,8 @@
 """``autograder report NAME --checks``: where the class stands before the deadline.
 
 Every "Check my work" leaves the student's latest result for each notebook in
-``<workspace>/check-my-work/<user>.json`` (written by :mod:`autograder.labext.service`,
+``<workspace>/check-my-work/<user>.json`` (written by
+:mod:`autograder.labext.service_side.course_lab`,
 on a laptop or in ``autograder serve-checks``). Nothing of it reaches the gradebook:
 a check is a rehearsal. Read together, those results tell an instructor the day before a
 deadline who has checked, how far each got, and which exercise holds most of them up.
@@ -13,7 +14,7 @@ import csv
 import io
 import json
 
-from .course import Course
+from ..workspace.course import Course
 
 
 def collect_checks(course: Course, name: str) -> list[dict]:

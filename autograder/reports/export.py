@@ -30,7 +30,7 @@ import json
 import sys
 from pathlib import Path
 
-from .course import Course, CourseError
+from ..workspace.course import Course, CourseError
 
 #: Per-student columns of the CSV, in order, before the per-exercise columns.
 STUDENT_COLUMNS = [

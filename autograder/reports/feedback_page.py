@@ -31,18 +31,10 @@ from nbgrader.api import Gradebook
 from nbgrader.preprocessors.base import NbGraderPreprocessor
 from traitlets.config import Config
 
-from .release_steps import HEADING
+from ..workspace.release_steps import HEADING
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAME = "course-feedback"
-#: ``GenerateFeedback.exporter_class``.
-FEEDBACK_EXPORTER = "autograder.feedback.FeedbackExporter"
-#: ``GenerateFeedback.preprocessors``: nbgrader's, then ours.
-GENERATE_FEEDBACK_PREPROCESSORS = [
-    "nbgrader.preprocessors.GetGrades",
-    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
-    "autograder.feedback.CourseFeedback",
-]
 
 # Fenced code, inline code, display maths, inline maths (an unescaped $ not followed by a
 # space, closing on a $ not preceded by one): code is matched first and left alone.

@@ -24,9 +24,9 @@ import re
 import statistics
 import sys
 
-from .course import Course
-from .gradebook import read_result_file
-from .sanitize import grade_cell_ids
+from ..grading.gradebook import read_result_file
+from ..grading.sanitize import grade_cell_ids
+from ..workspace.course import Course
 
 
 def collect(course: Course, name: str) -> list[dict]:

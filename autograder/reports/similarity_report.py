@@ -3,7 +3,7 @@
 Reads the handed-in notebooks (``submitted/<student>/<assignment>/``), the released
 notebooks (to tell what each student wrote from the scaffold they were given) and
 the instructor's source (the reference solution), and compares them with
-:mod:`autograder.similarity`. It prints the pairs at or above the threshold and
+:mod:`autograder.reports.similarity`. It prints the pairs at or above the threshold and
 writes an HTML page with the matching code side by side. It never opens the
 gradebook: a flag is a reason for a human to look, never a change of score.
 """
@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from .course import Course, CourseError
+from ..workspace.course import Course, CourseError
 from .similarity import (
     REFERENCE,
     Region,

@@ -1,8 +1,8 @@
 """Run a submitted notebook in a fresh, sandboxed kernel, and keep it alive for the checks.
 
 :class:`KernelSession` owns everything of one submission's run: its capped storage
-(:mod:`autograder.storage`: working directory, ``/tmp``, ``/dev/shm``), its kernel
-(:class:`autograder.launcher.KernelLauncher`: forked from a template or started from
+(:mod:`autograder.sandbox.storage`: working directory, ``/tmp``, ``/dev/shm``), its kernel
+(:class:`autograder.sandbox.launcher.KernelLauncher`: forked from a template or started from
 scratch, sandboxed either way) and a watchdog over the storage caps.
 
 * :meth:`KernelSession.run_notebook` executes the code cells in order with a
@@ -12,7 +12,7 @@ scratch, sandboxed either way) and a watchdog over the storage caps.
   kernel is restarted on empty areas and the cells that had worked are replayed, so
   one bad cell costs only what depends on it.
 * :meth:`KernelSession.execute_silently` is the transport used by the trusted checks
-  (:mod:`autograder.protocol`): it runs code in the kernel and waits for the reply
+  (:mod:`autograder.protocol.trusted`): it runs code in the kernel and waits for the reply
   with its own time limit.
 
 Every event (time-outs, restarts, caps reached, truncated output) is kept in
@@ -32,10 +32,10 @@ from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
+from ..limits import Limits
 from .cell_notes import cell_label, error_note
+from .isolation import bwrap_path
 from .launcher import KernelLauncher, start_mode
-from .limits import Limits
-from .sandbox import bwrap_path
 from .slots import kill_strays
 from .storage import Storage, new_scratch
 

@@ -1,4 +1,4 @@
-"""The grader's side of the fork server (see :mod:`autograder.zygote` for the other side).
+"""The grader's side of the fork server (:mod:`.inside.zygote` is the other side).
 
 Each grading worker keeps one zygote per sandbox layout: a process inside the same
 bubblewrap sandbox a kernel would get, with torch, IPython and matplotlib already
@@ -9,7 +9,7 @@ child, and polls, signals and kills that child through the zygote.
 The fork server is used when it can give the same isolation as the plain sandbox:
 as root with bubblewrap (the child binds its submission's own ``/tmp`` and ``/dev/shm``
 before dropping to the slot's uid), or without bubblewrap (limits only, as before).
-Only :mod:`autograder.launcher` uses it. A grader with bubblewrap that cannot mount
+Only :mod:`autograder.sandbox.launcher` uses it. A grader with bubblewrap that cannot mount
 (not root, or ``AUTOGRADER_NO_MOUNTS=1``), ``AUTOGRADER_FORKSERVER=0``, or a zygote
 that fails to start all fall back to starting each kernel from scratch; grading is
 slower, nothing else changes.
@@ -32,9 +32,9 @@ from pathlib import Path
 
 from jupyter_client.provisioning import LocalProvisioner
 
-from .confine import INSIDE_DIR
-from .limits import COVER_BYTES
-from .sandbox import bwrap_arguments, bwrap_path, kernel_environment, paths_to_cover
+from ..limits import COVER_BYTES
+from .inside.confine import INSIDE_DIR
+from .isolation import bwrap_arguments, bwrap_path, kernel_environment, paths_to_cover
 from .storage import can_mount, scratch_root
 
 #: Imported once by each zygote: what every kernel would otherwise import itself.
@@ -51,7 +51,7 @@ PRELOAD = (
     "ipywidgets",
     "toolkit",
 )
-_ZYGOTE_FILE = Path(__file__).resolve().parent / "zygote.py"
+_ZYGOTE_FILE = Path(__file__).resolve().parent / "inside" / "zygote.py"
 log = logging.getLogger(__name__)
 
 
@@ -136,7 +136,7 @@ class ForkServer:
 
     def spawn(self, connection_file: Path, workdir: Path, env: dict, settings: dict):
         """Fork a kernel for ``workdir`` (which must lie inside ``scratch_root``);
-        ``settings`` are what :mod:`autograder.confine` applies: limits, uid, storage."""
+        ``settings`` are what :mod:`.inside.confine` applies: limits, uid, storage."""
         workdir = Path(workdir).resolve()
         if not workdir.is_relative_to(self.scratch_root.resolve()):
             raise ValueError(f"{workdir} is not inside the fork server's {self.scratch_root}")

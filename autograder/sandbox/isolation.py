@@ -5,16 +5,16 @@ A student's notebook is arbitrary code. Each submission's kernel runs
 * inside **bubblewrap** (``bwrap``) when it is installed: no network, its own PID
   namespace, read-only system and Python paths, only the ``toolkit`` package visible
   from the project, a size-limited private ``/tmp`` and ``/dev/shm``, and one writable
-  directory (the submission's working copy, itself capped: :mod:`autograder.storage`).
+  directory (the submission's working copy, itself capped: :mod:`autograder.sandbox.storage`).
   Everything else is read-only, and every tmpfs that hides a host folder is tiny and
   read-only too. The course workspace, the gradebook, the hidden checks, the assignment
   sources and other students' work are simply not in its file system;
-* under **resource limits** (rlimits, applied by :mod:`autograder.confine` inside the
+* under **resource limits** (rlimits, applied by :mod:`autograder.sandbox.inside.confine` inside the
   sandbox just before the kernel starts): address space, CPU seconds, processes, file
   size, open files.
 
 When the grader runs as root, each concurrent sandbox also runs under its own
-unprivileged uid (:mod:`autograder.slots`), so the process limit cannot be bypassed
+unprivileged uid (:mod:`autograder.sandbox.slots`), so the process limit cannot be bypassed
 (root ignores ``RLIMIT_NPROC``) and a fork bomb in one submission cannot starve another.
 """
 
@@ -27,8 +27,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import confine, gpu
-from .limits import COVER_BYTES
+from ..limits import COVER_BYTES
+from . import gpu
+from .inside import confine
 
 #: What ``autograder grade`` prints: which isolation was in force.
 ISOLATION_BWRAP = "bubblewrap sandbox + resource limits"
@@ -36,7 +37,7 @@ ISOLATION_LIMITS = "resource limits only (bubblewrap not found: install the 'bub
 
 # Each concurrent sandbox slot gets its own uid when the grader runs as root.
 SANDBOX_UID_BASE = 61000
-_HERE = Path(__file__).resolve().parent
+_HERE = Path(__file__).resolve().parent / "inside"
 
 
 def bwrap_path() -> str | None:
@@ -93,7 +94,7 @@ def _rebound(project_root: Path, toolkit_pkg: Path) -> list[Path]:
 
 
 def hidden_from_kernels(course, spec=None) -> tuple[Path, ...]:
-    """What no grading kernel may see of a course (a :class:`autograder.course.Course`):
+    """What no grading kernel may see of a course (a :class:`autograder.workspace.course.Course`):
     its workspace, its assignments and, for ``spec``, the hidden checks. Grading, a
     student's check and the warm-up before it all hide the same, so they share a zygote."""
     return (course.root, course.assignments_dir, *([spec.checks_dir()] if spec else []))
@@ -107,7 +108,7 @@ def paths_to_cover(hidden, writable: Path) -> tuple[Path, ...]:
     see :func:`bwrap_arguments`) that is not bound back, and a path inside another
     covered folder. So every built-in assignment's checks, and a workspace inside the
     checkout, come to the same layout: one fork server serves every assignment of a
-    course (see :func:`autograder.forkserver.get`).
+    course (see :func:`autograder.sandbox.forkserver.get`).
     """
     toolkit_pkg, project_root = _project_paths()
     rebound = _rebound(project_root, toolkit_pkg)
@@ -173,13 +174,13 @@ def wrap_command(cmd: list[str], workdir: Path, settings: dict,
     Args:
         cmd: the kernel's own argv (``python -m ipykernel_launcher -f conn.json``).
         workdir: the submission's private, writable working directory.
-        settings: what :mod:`autograder.limits_launcher` applies: ``limits``, ``uid``,
+        settings: what :mod:`.inside.limits_launcher` applies: ``limits``, ``uid``,
             ``storage`` (see there).
         hidden: extra host paths to hide even if they sit under a readable root
             (the course workspace, the hidden checks, a solutions directory).
-        storage: the submission's :class:`autograder.storage.Storage` (its ``/tmp``
+        storage: the submission's :class:`autograder.sandbox.storage.Storage` (its ``/tmp``
             and ``/dev/shm``).
-        uses_gpu: show the GPU to the kernel (:mod:`autograder.gpu`).
+        uses_gpu: show the GPU to the kernel (:mod:`autograder.sandbox.gpu`).
     """
     bwrap = bwrap_path()
     settings = {**settings, "workdir": str(workdir)}
@@ -211,7 +212,7 @@ def bwrap_arguments(bwrap: str, writable: Path, hidden=(), tmp: str | int = COVE
     if os.geteuid() == 0:
         # As root: no user namespace (root inside one still counts as uid 0 for
         # RLIMIT_NPROC). Capabilities are kept until the process that runs student
-        # code drops to the slot's uid (autograder.confine).
+        # code drops to the slot's uid (autograder.sandbox.inside.confine).
         args = [bwrap, "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid",
                 "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     else:

@@ -1,9 +1,9 @@
 """Starting and stopping one sandboxed kernel: one interface, two ways.
 
-:class:`KernelLauncher` is all :mod:`autograder.execute` knows about how a kernel
-comes to be. It asks this worker's fork server (:mod:`autograder.forkserver`) for a
+:class:`KernelLauncher` is all :mod:`autograder.sandbox.execute` knows about how a kernel
+comes to be. It asks this worker's fork server (:mod:`autograder.sandbox.forkserver`) for a
 child of its preloaded template when there is one, and otherwise starts the kernel from
-scratch inside bubblewrap (:func:`autograder.sandbox.wrap_command`); both kernels look
+scratch inside bubblewrap (:func:`autograder.sandbox.isolation.wrap_command`); both kernels look
 the same from inside (``tests/autograder/test_forkserver.py``). Nothing else in the
 grader talks to the fork server.
 
@@ -32,9 +32,9 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
 from traitlets import default
 
+from ..limits import Limits
 from . import forkserver, gpu
-from .limits import Limits
-from .sandbox import bwrap_path, kept_under_tmp, kernel_environment, sandbox_uid, wrap_command
+from .isolation import bwrap_path, kept_under_tmp, kernel_environment, sandbox_uid, wrap_command
 from .slots import hand_over, kill_strays
 from .storage import Storage, scratch_root
 
@@ -58,7 +58,7 @@ class KernelLauncher:
         self.storage, self.limits, self.slot = storage, limits, slot
         self.hidden = tuple(Path(p) for p in hidden)
         self.use_fork_server = use_fork_server
-        #: Whether this submission's kernels see the GPU (:mod:`autograder.gpu`).
+        #: Whether this submission's kernels see the GPU (:mod:`autograder.sandbox.gpu`).
         self.uses_gpu = gpu.in_use(limits)
         self.km: SandboxedKernelManager | None = None
         #: Seconds spent starting this slot's fork server (once per grading worker).
@@ -99,7 +99,7 @@ class KernelLauncher:
             kernel_name="python3",
             launcher=self,
             fork_server=server,
-            client_class="autograder.launcher.FastStartKernelClient",
+            client_class="autograder.sandbox.launcher.FastStartKernelClient",
             # Ours, not the manager's: it would destroy it waiting 100 ms for messages
             # that a killed kernel will never read.
             context=self._context,
@@ -120,7 +120,7 @@ class KernelLauncher:
         return self.km
 
     def settings(self) -> dict:
-        """What :mod:`autograder.confine` applies in the sandbox, for either start path."""
+        """What :mod:`.inside.confine` applies in the sandbox, for either start path."""
         # The cover hides this worker's other submissions (bubblewrap shows its whole
         # scratch folder to the fork server).
         keep = kept_under_tmp(self.storage.workdir)

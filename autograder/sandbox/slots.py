@@ -1,7 +1,7 @@
 """Sandbox slots: which uid a grading kernel runs as, and the processes of that uid.
 
 When the grader runs as root with bubblewrap, every kernel running at once on this
-machine runs as an unprivileged uid of its own (:func:`autograder.sandbox.sandbox_uid`).
+machine runs as an unprivileged uid of its own (:func:`autograder.sandbox.isolation.sandbox_uid`).
 That makes two things easy and exact: the process limit counts only that kernel's
 processes, and "everything this submission started" is "every process of that uid",
 so :func:`kill_strays` can stop a fork bomb or a daemon that escaped the kernel's
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .sandbox import sandbox_uid
+from .isolation import sandbox_uid
 
 SLOTS = 4000
 

@@ -25,7 +25,7 @@ only ``TMPDIR`` points into a watched folder. :func:`caps_in_force` says which h
 Either way the session polls :meth:`Storage.full_areas` (a few ``statvfs`` calls, or a
 walk of the working directory) while a cell runs and after it. A cell that fills an
 area is stopped, noted, and the kernel restarts on empty areas
-(:mod:`autograder.execute`).
+(:mod:`autograder.sandbox.execute`).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from . import confine
-from .limits import COVER_BYTES, Limits, format_size
+from ..limits import COVER_BYTES, Limits, format_size
+from .inside import confine
 from .slots import hand_over
 
 #: Files the grader itself keeps in a working directory (connection file, sockets,

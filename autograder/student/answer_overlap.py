@@ -1,13 +1,13 @@
 """Does the student toolkit still hold an answer? Compare what is left with the locked solutions.
 
-The student toolkit (:mod:`autograder.student_build`) stubs every graded name of a locked
+The student toolkit (:mod:`autograder.student.toolkit_wheel`) stubs every graded name of a locked
 assignment and every definition its ``withhold`` list names. Code that computes a locked
 exercise under another name (a tuned kernel beside the teaching one, a fused fast path)
 would still hand the answer out, to be copied if not called. This module finds such code.
 
 Each function body left in a staged student toolkit is compared with each locked
 solution's body (docstrings and signatures left out: they are the exercise's statement,
-not its answer) through the normalised token fingerprints of :mod:`autograder.similarity`,
+not its answer) through the normalised token fingerprints of :mod:`autograder.reports.similarity`,
 so renamed variables hide nothing. A definition *overlaps* an exercise when it holds at
 least :data:`THRESHOLD` of the exercise's fingerprints. Solutions shorter than
 :data:`MIN_TOKENS` normalised tokens are skipped: a one-line answer built from earlier
@@ -24,8 +24,8 @@ import ast
 import dataclasses
 from pathlib import Path
 
-from .course import AssignmentSpec, available_assignments, notebook_from_text
-from .similarity import Settings, given_names, kgram_hashes, normalise, winnow
+from ..reports.similarity import Settings, given_names, kgram_hashes, normalise, winnow
+from ..workspace.course import AssignmentSpec, available_assignments, notebook_from_text
 
 #: Share of a locked solution's fingerprints that a leftover definition must hold to count.
 THRESHOLD = 0.65

@@ -11,7 +11,7 @@ server needs, a wheel named ``transformers-course-lab`` that holds:
 * the server extension's switch (``etc/jupyter/jupyter_server_config.d/``) and the
   lab's defaults without the "Jupyter news" prompt (``share/jupyter/lab/settings/``);
 * the part of the server extension that sends a notebook to ``autograder
-  serve-checks`` and shows its answer (:mod:`autograder.labext.shared_server`).
+  serve-checks`` and shows its answer (:mod:`autograder.labext.student_side.shared_server`).
 
 No grading pipeline, no checks, no toolkit: a server with this wheel cannot check a
 notebook itself, it asks the service named by ``c.CheckService.socket`` or ``url``.
@@ -24,16 +24,18 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .course import CourseError
-from .student_build import PYPROJECT_HEAD, pip_wheel, student_requirements, wheel_version
+from ..workspace.course import CourseError
+from .toolkit_wheel import PYPROJECT_HEAD, pip_wheel, student_requirements, wheel_version
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parents[2]
 LABEXT = PROJECT / "autograder" / "labext"
 DISTRIBUTION = "transformers-course-lab"
 #: The modules of the server extension's student side, and all they import of the project.
-CLIENT_MODULES = ("autograder/__init__.py", "autograder/labext/__init__.py",
-                  "autograder/labext/handlers.py", "autograder/labext/handin.py",
-                  "autograder/labext/shared_server.py")
+CLIENT_MODULES = ("autograder/__init__.py", "autograder/old_names.py",
+                  "autograder/labext/__init__.py", "autograder/labext/handin.py",
+                  "autograder/labext/student_side/__init__.py",
+                  "autograder/labext/student_side/handlers.py",
+                  "autograder/labext/student_side/shared_server.py")
 #: Where each of the extension's other files goes in the environment it is installed in.
 DATA_DIRS = {
     LABEXT / "labextension": "share/jupyter/labextensions/transformers-course-lab",
@@ -75,7 +77,7 @@ def build_student_lab(out_dir: Path) -> Path:
 _PYPROJECT = PYPROJECT_HEAD.replace("{description}", "The course's JupyterLab panel for "
                                     "students' servers (checks: serve-checks)") + """
 [tool.setuptools]
-packages = ["autograder", "autograder.labext"]
+packages = ["autograder", "autograder.labext", "autograder.labext.student_side"]
 
 [tool.setuptools.data-files]
 {data_files}

@@ -35,11 +35,16 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from .course import AssignmentSpec, CourseError, available_assignments, notebook_from_text
-from .prepare_checkpoint import files_digest
-from .submissions import solution_defined_names
+from ..authoring.prepare_checkpoint import files_digest
+from ..authoring.submissions import solution_defined_names
+from ..workspace.course import (
+    AssignmentSpec,
+    CourseError,
+    available_assignments,
+    notebook_from_text,
+)
 
-PACKAGE = Path(__file__).resolve().parent.parent / "toolkit"
+PACKAGE = Path(__file__).resolve().parents[2] / "toolkit"
 DISTRIBUTION = "transformers-course-toolkit"
 
 # The libraries the toolkit imports. The wheel asks for each at the version this project
@@ -262,37 +267,6 @@ def pip_wheel(project: Path, out_dir: Path, distribution: str, what: str) -> Pat
     if not wheels:
         raise CourseError(f"pip wrote no wheel into {out_dir}")
     return wheels[-1]
-
-
-def release_student_builds(course, *, toolkit: bool, lab: bool, unlocked: list[str]) -> None:
-    """``autograder release --student-toolkit / --student-lab``: build and say what to do."""
-    if toolkit:
-        from .answer_overlap import answer_overlaps
-
-        overlaps: list[str] = []
-        wheel = build_student_toolkit(
-            course.root / "student-toolkit", course.assignments_dir, unlocked=unlocked,
-            inspect=lambda staged: overlaps.extend(
-                answer_overlaps(staged, course.assignments_dir, unlocked)))
-        print(f"Student toolkit: {wheel}")
-        locked = locked_assignments(course.assignments_dir, unlocked)
-        print(f"Locked (answers stubbed or withheld): {', '.join(locked) or 'none'}; "
-              f"unlocked: {', '.join(unlocked) or 'none'} (--unlock NAME after a deadline)")
-        for overlap in overlaps:
-            print(f"warning: {overlap}. Students can copy it: list it in that assignment's "
-                  "`withhold` (assignment.toml), unless it only shares a pattern with the "
-                  "answer.")
-        print("Students install it with: pip install " + str(wheel) + " (the same command "
-              "replaces an earlier build)")
-    if lab:
-        from .student_lab import build_student_lab
-
-        wheel = build_student_lab(course.root / "student-lab")
-        print(f"Student lab: {wheel}\nOn a shared server, install it in the students' "
-              "Jupyter environment beside the student toolkit and point it at `autograder "
-              "serve-checks`, run as a user students are not: c.CheckService.socket = PATH "
-              "(with --socket PATH) or c.CheckService.url = http://HOST:PORT (with --listen "
-              "HOST:PORT --hub-api URL)")
 
 
 # What students' wheels share: built by setuptools, for the Pythons students may have.

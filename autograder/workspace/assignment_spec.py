@@ -18,9 +18,9 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from .limits import Limits
+from ..limits import Limits
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Instructors keep assignments elsewhere with AUTOGRADER_ASSIGNMENTS=/path (read at `init`).
 ASSIGNMENTS_DIR = Path(os.environ.get("AUTOGRADER_ASSIGNMENTS", PROJECT_ROOT / "assignments"))
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
@@ -60,13 +60,13 @@ class AssignmentSpec:
     #: Toolkit definitions, as dotted names (``toolkit.kernels.flash_tuned.flash_attention_tuned``),
     #: that compute this assignment's answers under another name than the graded one (a
     #: tuned kernel, a fused fast path). The student toolkit withholds them, like the graded
-    #: names, while the assignment is locked. See :mod:`autograder.student_build`.
+    #: names, while the assignment is locked. See :mod:`autograder.student.toolkit_wheel`.
     withhold: list[str] = dataclasses.field(default_factory=list)
     mutants: list[Mutant] = dataclasses.field(default_factory=list)
     #: Optional script in the assignment folder, run after each *made* submission
     #: (validate, demo) is written: ``python <script> <student id>`` with the submission
     #: folder as working directory, e.g. to train and save the checkpoint a student would
-    #: hand in next to the notebook. See :func:`autograder.submissions.run_prepare`.
+    #: hand in next to the notebook. See :func:`autograder.authoring.submissions.run_prepare`.
     prepare: str | None = None
 
     @classmethod
@@ -147,3 +147,14 @@ def notebook_from_text(text: str) -> nbformat.NotebookNode:
     for cell in nb.cells:
         cell.metadata.pop("lines_to_next_cell", None)
     return nb
+
+
+def apply_mutant(spec: AssignmentSpec, mutant: Mutant) -> str:
+    text = spec.source_text(mutant.notebook)
+    count = text.count(mutant.find)
+    if count != 1:
+        raise CourseError(
+            f"{spec.path / 'assignment.toml'}: mutant '{mutant.name}': its `find` text occurs "
+            f"{count} times in {mutant.notebook}.py (it must occur exactly once)"
+        )
+    return text.replace(mutant.find, mutant.replace)

@@ -78,7 +78,7 @@ class Course:
         return self.assignments_dir.parent / "course" / "course.toml"
 
     def outline(self):
-        """The course outline (:mod:`autograder.outline`): what to teach, in which order."""
+        """The course outline (:mod:`.outline`): what to teach, in which order."""
         from .outline import load_outline
 
         return load_outline(self.outline_file, self.assignments_dir)
@@ -86,7 +86,7 @@ class Course:
     # -- layout ------------------------------------------------------------------
     @property
     def db_url(self) -> str:
-        """The gradebook's SQLAlchemy URL (see :mod:`autograder.gradebook_url`)."""
+        """The gradebook's SQLAlchemy URL (see :mod:`autograder.workspace.gradebook_url`)."""
         return self._db_url or gradebook_url.sqlite_url(self.root)
 
     @property
@@ -180,7 +180,7 @@ class Course:
 
     def build_lectures(self) -> list[Path]:
         """The outline's lectures as notebooks in ``lectures/`` (see
-        :func:`autograder.outline.lecture_notebook`), and its README as the workspace's
+        :func:`autograder.workspace.outline.lecture_notebook`), and its README as the workspace's
         ``README.md``. A lecture notebook edited after it was built (newer than its
         source) is kept as it is."""
         from .outline import lecture_notebook

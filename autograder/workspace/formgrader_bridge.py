@@ -23,9 +23,6 @@ from pathlib import Path
 import nbformat
 from nbgrader.preprocessors.base import NbGraderPreprocessor
 
-#: The grading step of ``nbgrader autograde`` in a course workspace.
-AUTOGRADE_PREPROCESSORS = ["autograder.formgrader_bridge.GradeWithAutograder"]
-
 
 class AutogradeRedirected(RuntimeError):
     """``autograder grade`` failed for this student; nothing was written."""
@@ -41,7 +38,7 @@ class GradeWithAutograder(NbGraderPreprocessor):
         autograded = root / "autograded" / student / assignment / f"{notebook}.ipynb"
         # nbgrader calls this once per notebook; one `grade` covers the whole submission.
         if notebook == _first_notebook(root, assignment):
-            command = [sys.executable, "-m", "autograder.cli", "grade", assignment,
+            command = [sys.executable, "-m", "autograder.cli.commands", "grade", assignment,
                        "--student", student, "--force", "--quiet", "--course", str(root)]
             done = subprocess.run(command, capture_output=True, text=True,
                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})

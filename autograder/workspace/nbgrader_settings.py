@@ -9,11 +9,43 @@ from __future__ import annotations
 
 import textwrap
 
-from .feedback import FEEDBACK_EXPORTER, GENERATE_FEEDBACK_PREPROCESSORS
-from .formgrader_bridge import AUTOGRADE_PREPROCESSORS
-from .release_steps import GENERATE_ASSIGNMENT_PREPROCESSORS
-
 COURSE_ID = "transformers-course"
+
+# The classes nbgrader loads by name. Written here as names, not imported, so that reading
+# a workspace's settings imports neither nbconvert nor the feedback page; a test imports
+# each name. A workspace made before this layout names the classes by their old modules
+# (``autograder.feedback``...), which autograder/old_names.py still resolves.
+
+#: ``GenerateAssignment.preprocessors``: nbgrader's own list with ours after ClearSolutions
+#: (the checksums and the gradebook's copies of the cells are computed after it).
+GENERATE_ASSIGNMENT_PREPROCESSORS = [
+    "nbgrader.preprocessors.IncludeHeaderFooter",
+    "nbgrader.preprocessors.InstantiateTests",
+    "nbgrader.preprocessors.LockCells",
+    "nbgrader.preprocessors.ClearSolutions",
+    "autograder.workspace.release_steps.PrepareStudentNotebook",
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.CheckCellMetadata",
+    "nbgrader.preprocessors.ComputeChecksums",
+    "nbgrader.preprocessors.SaveCells",
+    "nbgrader.preprocessors.ClearHiddenTests",
+    "nbgrader.preprocessors.ClearMarkScheme",
+    "nbgrader.preprocessors.ComputeChecksums",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
+#: The grading step of ``nbgrader autograde`` in a course workspace.
+AUTOGRADE_PREPROCESSORS = ["autograder.workspace.formgrader_bridge.GradeWithAutograder"]
+
+#: ``GenerateFeedback.exporter_class``.
+FEEDBACK_EXPORTER = "autograder.reports.feedback_page.FeedbackExporter"
+#: ``GenerateFeedback.preprocessors``: nbgrader's, then ours.
+GENERATE_FEEDBACK_PREPROCESSORS = [
+    "nbgrader.preprocessors.GetGrades",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+    "autograder.reports.feedback_page.CourseFeedback",
+]
+
 HEADER = ("# nbgrader configuration for this course workspace (written by `autograder init`).\n"
           "c = get_config()  # noqa: F821\n")
 
@@ -28,7 +60,7 @@ def settings(course) -> list[tuple[str, str, object]]:
                                                     "raise NotImplementedError()"}),
         ("", "ClearSolutions.text_stub", "YOUR ANSWER HERE"),
         ("Stubs that name their exercise, and Run All that reaches the end "
-         "(autograder.release_steps).", "GenerateAssignment.preprocessors",
+         "(autograder.workspace.release_steps).", "GenerateAssignment.preprocessors",
          GENERATE_ASSIGNMENT_PREPROCESSORS),
         ("Where students fetch and submit (inside the workspace unless `autograder init "
          "--exchange` put it elsewhere).", "Exchange.root", str(course.exchange)),
@@ -36,10 +68,11 @@ def settings(course) -> list[tuple[str, str, object]]:
          "list) is remembered here, not in ~/.local/share/jupyter, which every course would "
          "share.", "Exchange.cache", str(course.exchange_cache)),
         ("Formgrader's \"Autograde\" and `nbgrader autograde` grade with `autograder grade` "
-         "(sandbox, hidden checks), never with plain nbgrader (autograder.formgrader_bridge).",
+         "(sandbox, hidden checks), never with plain nbgrader "
+         "(autograder.workspace.formgrader_bridge).",
          "Autograde.autograde_preprocessors", AUTOGRADE_PREPROCESSORS),
         ("Feedback pages name each exercise, show automatic and written points apart, draw "
-         "maths offline (autograder.feedback).", "GenerateFeedback.exporter_class",
+         "maths offline (autograder.reports.feedback_page).", "GenerateFeedback.exporter_class",
          FEEDBACK_EXPORTER),
         ("", "GenerateFeedback.preprocessors", GENERATE_FEEDBACK_PREPROCESSORS),
     ]

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import nbformat
 
-from .course import (
+from .assignment_spec import (
+    ASSIGNMENTS_DIR,
     PROJECT_ROOT,
     AssignmentSpec,
     CourseError,
@@ -120,8 +121,6 @@ def lecture_notebook(source: Path) -> nbformat.NotebookNode:
 
 def load_outline(path: Path | None = None, assignments_dir: Path | None = None) -> CourseOutline:
     """Read and check ``course.toml``; errors name the file, the entry and the fix."""
-    from .course import ASSIGNMENTS_DIR
-
     path = Path(path or COURSE_FILE)
     assignments_dir = Path(assignments_dir or ASSIGNMENTS_DIR)
     if not path.is_file():

@@ -109,20 +109,3 @@ class PrepareStudentNotebook(NbGraderPreprocessor):
         return nb, resources
 
 
-#: ``GenerateAssignment.preprocessors``: nbgrader's own list with ours after ClearSolutions
-#: (the checksums and the gradebook's copies of the cells are computed after it).
-GENERATE_ASSIGNMENT_PREPROCESSORS = [
-    "nbgrader.preprocessors.IncludeHeaderFooter",
-    "nbgrader.preprocessors.InstantiateTests",
-    "nbgrader.preprocessors.LockCells",
-    "nbgrader.preprocessors.ClearSolutions",
-    "autograder.release_steps.PrepareStudentNotebook",
-    "nbgrader.preprocessors.ClearOutput",
-    "nbgrader.preprocessors.CheckCellMetadata",
-    "nbgrader.preprocessors.ComputeChecksums",
-    "nbgrader.preprocessors.SaveCells",
-    "nbgrader.preprocessors.ClearHiddenTests",
-    "nbgrader.preprocessors.ClearMarkScheme",
-    "nbgrader.preprocessors.ComputeChecksums",
-    "nbgrader.preprocessors.CheckCellMetadata",
-]

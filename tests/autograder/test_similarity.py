@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder import similarity
 from autograder.cli import main
-from autograder.course import Course
-from autograder.similarity_report import _code
+from autograder.reports import similarity
+from autograder.reports.similarity_report import _code
+from autograder.workspace.course import Course
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "similarity"))
 import make_class  # noqa: E402
@@ -90,7 +90,7 @@ def test_independent_solutions_are_not_flagged(attention_class):
 
 
 def similarity_report_load(course):
-    from autograder.similarity_report import load
+    from autograder.reports.similarity_report import load
 
     return load(course, NAME)
 

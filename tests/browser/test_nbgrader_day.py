@@ -32,8 +32,8 @@ GRADED = re.compile("needs manual grading|graded")
 
 @pytest.fixture(scope="module")
 def workspace(lab_server):
-    from autograder.course import Course
-    from autograder.scaffold import new_assignment
+    from autograder.authoring.scaffold import new_assignment
+    from autograder.workspace.course import Course
 
     assignments = lab_server.root_dir.parent / "assignments"
     new_assignment(NAME, assignments, title="Tiny: softmax")
@@ -54,8 +54,8 @@ def _cli(*args) -> str:
 
 
 def _solve(course, path) -> None:
-    from autograder.course import notebook_from_text
-    from autograder.submissions import fill_solutions
+    from autograder.authoring.submissions import fill_solutions
+    from autograder.workspace.course import notebook_from_text
 
     released = nbformat.read(path, as_version=4)
     source = notebook_from_text(course.spec(NAME).source_text("tiny"))

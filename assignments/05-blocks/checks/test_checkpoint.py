@@ -33,8 +33,8 @@ from functools import cache
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure
-from autograder.protocol import SubmissionError
+from autograder.protocol.checklib import CheckFailure
+from autograder.protocol.trusted import SubmissionError
 from toolkit.pretrain import evaluation_batch, load_mlm_corpus, masked_accuracy, unigram_accuracy
 
 pytestmark = pytest.mark.grade_cell("test_checkpoint")

@@ -37,8 +37,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.checklib import CheckFailure
-from autograder.protocol import SubmissionError
+from autograder.protocol.checklib import CheckFailure
+from autograder.protocol.trusted import SubmissionError
 from toolkit.data import load_corpus
 
 pytestmark = pytest.mark.grade_cell("test_checkpoint")

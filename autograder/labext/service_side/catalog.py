@@ -14,9 +14,9 @@ from pathlib import Path
 
 import nbformat
 
-from ..course import Course, CourseError
-from ..outline import iso, load_outline
-from .feedback import restrict
+from ...workspace.course import Course, CourseError
+from ...workspace.outline import iso, load_outline
+from .visibility import restrict
 
 HELP = "run `make lab` (or `autograder init` and `autograder release --all`)"
 

@@ -6,7 +6,7 @@ execute in a sandboxed kernel, hidden checks in this trusted process, score per 
 cell) and returns the trusted result. It never writes the gradebook, the autograded
 folder or the grader's results files: a check is a rehearsal, not a submission.
 
-It runs in a worker process of the Jupyter server (:mod:`autograder.labext.service`),
+It runs in a worker process of the Jupyter server (:mod:`.course_lab`),
 never in the server itself: the hidden checks import torch and run pytest, and a worker
 that misbehaves can be replaced without touching the server.
 """
@@ -20,17 +20,17 @@ from pathlib import Path
 import nbformat
 from nbgrader import utils as nbutils
 
-from .. import forkserver
-from ..course import Course
-from ..jobs import Job
-from ..oracle import shared_oracle
-from ..runner import grade_notebook
-from ..sandbox import hidden_from_kernels
-from ..sanitize import grade_cell_ids, read_submission, sanitize
-from ..scoring import score_cells
-from ..slots import sandbox_slot
-from ..upstream import exercise_uses
-from ..workers import stops_cleanly
+from ...grading.oracle import shared_oracle
+from ...grading.runner import grade_notebook
+from ...grading.sanitize import grade_cell_ids, read_submission, sanitize
+from ...grading.scoring import score_cells
+from ...grading.upstream import exercise_uses
+from ...grading.workers import stops_cleanly
+from ...jobs import Job
+from ...sandbox import forkserver
+from ...sandbox.isolation import hidden_from_kernels
+from ...sandbox.slots import sandbox_slot
+from ...workspace.course import Course
 
 
 @stops_cleanly
@@ -94,7 +94,7 @@ def warm_up(course_root: str, assignments_dir: str) -> bool:
     server (about 4 s) and the mistake oracle (about 2 s), in this worker process.
 
     The fork server is the one every assignment of the course shares (see
-    :func:`autograder.sandbox.paths_to_cover`); an assignment whose hidden checks lie
+    :func:`autograder.sandbox.isolation.paths_to_cover`); an assignment whose hidden checks lie
     outside the project and the workspace starts its own at its first check, as before.
     Returns True when the fork server is ready (False: kernels will start from scratch).
     """
@@ -142,5 +142,6 @@ def _file_digest(path: Path) -> bytes:
 
 
 def read_notebook(path: Path) -> nbformat.NotebookNode:
-    """The saved notebook, or :class:`autograder.sanitize.NotGradable` saying what is wrong."""
+    """The saved notebook, or :class:`~autograder.grading.sanitize.NotGradable`
+    saying what is wrong."""
     return read_submission(path)

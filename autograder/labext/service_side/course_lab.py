@@ -5,8 +5,8 @@ It finds the course workspace, answers what the panel shows, and runs checks:
 
 * one check per user at a time (a second request gets "already checking");
 * at most ``check_workers`` checks at once, each in a worker process
-  (:func:`autograder.labext.check.check_notebook`), replaced if it stops answering;
-* results cached by content hash (:func:`autograder.labext.check.content_hash`), so
+  (:func:`.check_my_work.check_notebook`), replaced if it stops answering;
+* results cached by content hash (:func:`.check_my_work.content_hash`), so
   checking the same work twice costs nothing and never counts against the cool-down;
 * a per-user cool-down between checks that do run;
 * each user's latest result per assignment kept on disk (``<workspace>/check-my-work/``),
@@ -31,16 +31,15 @@ from pathlib import Path, PurePosixPath
 from traitlets import Bool, Float, Int, Unicode
 from traitlets.config import LoggingConfigurable
 
-from ..course import SETTINGS_FILE, Course, CourseError
-from ..outline import load_outline
-from ..sanitize import NotGradable
-from ..workers import worker_pool
-from . import CheckRefused, catalog
-from .check import check_notebook, content_hash, read_notebook, warm_up
-from .check_service import unpack
-from .feedback import student_view
-from .handin import notebook_under, stage_submission
+from ...grading.sanitize import NotGradable
+from ...grading.workers import worker_pool
+from ...workspace.course import SETTINGS_FILE, Course, CourseError
+from ...workspace.outline import load_outline
+from ..handin import CheckRefused, notebook_under, stage_submission, unpack
+from . import catalog
+from .check_my_work import check_notebook, content_hash, read_notebook, warm_up
 from .locate import NotAnAssignment, locate, released_cells
+from .visibility import student_view
 
 
 class CourseLab(LoggingConfigurable):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import PurePosixPath
 
-from ..course import Course
+from ...workspace.course import Course
 
 
 class NotAnAssignment(Exception):

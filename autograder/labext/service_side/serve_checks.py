@@ -20,46 +20,18 @@ from __future__ import annotations
 import asyncio
 import datetime
 import hashlib
-import io
 import json
 import os
 import pwd
 import socket
 import struct
-import tarfile
 import time
 from pathlib import Path
 
-from . import CheckRefused
-from .shared_server import MAX_UPLOAD_BYTES
+from ..handin import MAX_UPLOAD_BYTES, CheckRefused
 
 #: How long the hub's answer about a token is trusted before asking again (seconds).
 TOKEN_TTL = 300.0
-
-
-# -- the hand-in ----------------------------------------------------------------------------
-def unpack(data: bytes, target: Path) -> None:
-    """Write a packed hand-in into ``target``: plain files at the top level only, within
-    :data:`MAX_UPLOAD_BYTES`; anything else is refused (400) before a byte is written."""
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-            members = tar.getmembers()
-            total = sum(m.size for m in members)
-            for member in members:
-                name = member.name
-                if (not member.isfile() or "/" in name or name in ("", ".", "..")
-                        or name.startswith(".")):
-                    raise CheckRefused(400, f"the hand-in holds {name!r}, which is not a "
-                                            "plain file beside the notebook")
-            if total > MAX_UPLOAD_BYTES:
-                raise CheckRefused(413, f"the hand-in is {total / 2**20:.0f} MiB, over the "
-                                        f"{MAX_UPLOAD_BYTES // 2**20} MiB a check takes")
-            target.mkdir(parents=True, exist_ok=True)
-            for member in members:
-                with tar.extractfile(member) as source, open(target / member.name, "wb") as out:
-                    out.write(source.read())
-    except tarfile.TarError as exc:
-        raise CheckRefused(400, f"the hand-in is not a tar archive ({exc})") from None
 
 
 # -- who is asking ------------------------------------------------------------------------------
@@ -178,7 +150,7 @@ def make_app(lab, hub: HubTokens | None = None):
 def material(course, path: str) -> str:
     """A lecture notebook or the course's README, by the path the Course panel links it
     with (``lectures/<stem>.ipynb``, ``README.md``); nothing else of the workspace."""
-    from ..outline import load_outline
+    from ...workspace.outline import load_outline
 
     outline = load_outline(course.outline_file, course.assignments_dir)
     shown = {"README.md", *(f"lectures/{lecture.stem}.ipynb" for lecture in outline.lectures)}
@@ -199,8 +171,8 @@ def serve(course_dir: Path, *, socket_path: Path | None = None, listen: str | No
     import tornado.httpserver
     import tornado.netutil
 
-    from ..course import CourseError
-    from .service import CourseLab
+    from ...workspace.course import CourseError
+    from .course_lab import CourseLab
 
     if (socket_path is None) == (listen is None):
         raise CourseError("serve-checks listens on --socket PATH or on --listen HOST:PORT")

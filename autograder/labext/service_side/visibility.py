@@ -1,6 +1,6 @@
 """What a student may see of a check: the trusted result, cut to the instructor's setting.
 
-The trusted result (:func:`autograder.labext.check.check_notebook`) holds each hidden
+The trusted result (:func:`.check_my_work.check_notebook`) holds each hidden
 check's record. A record's message is written for feedback after grading and may quote
 reference values (``expected 2,621,440``) and the check's inputs (``causal_mask(6)``),
 and the student's own code can put what it was given into an exception message. So
@@ -25,8 +25,8 @@ from __future__ import annotations
 import re
 from types import SimpleNamespace
 
-from ..kernel_side import UNDEFINED_ADVICE
-from ..scoring import raised_in, readable_message, upstream_message, waiting_on_values
+from ...grading.scoring import raised_in, readable_message, upstream_message, waiting_on_values
+from ...protocol.kernel_side import UNDEFINED_ADVICE
 
 _CASE_ID = re.compile(r"\s*\[[^\]]*\]\s*$")
 _HINT = re.compile(r"\.?\s*Hint:\s*", re.IGNORECASE)

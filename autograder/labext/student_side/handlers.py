@@ -19,7 +19,7 @@ from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvi
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 
-from . import CheckRefused
+from ..handin import CheckRefused
 from .shared_server import CheckService
 
 AUTH_RESOURCE = "contents"  # checking reads a notebook, as opening it does
@@ -80,7 +80,7 @@ def setup_handlers(serverapp):
     lab = CheckService(root_dir=serverapp.root_dir, config=serverapp.config, parent=serverapp)
     if not lab.where:
         try:  # the grading pipeline: only where checks run here
-            from .service import CourseLab
+            from ..service_side.course_lab import CourseLab
         except ModuleNotFoundError as exc:
             if exc.name != f"{__package__}.service":
                 raise

@@ -39,13 +39,8 @@ from pathlib import Path, PurePosixPath
 from traitlets import Float, Unicode
 from traitlets.config import LoggingConfigurable
 
-from . import CheckRefused
-from .handin import MAX_SIBLING_BYTES, notebook_under, stage_submission
+from ..handin import MAX_UPLOAD_BYTES, CheckRefused, notebook_under, stage_submission
 
-#: The largest hand-in the service reads: the notebook's limit (the grader's
-#: ``sanitize.MAX_NOTEBOOK_BYTES``, which this student-side module cannot import; a
-#: test keeps the two in step), the files beside it, and 1 MiB of slack.
-MAX_UPLOAD_BYTES = (20 + 1) * 2**20 + MAX_SIBLING_BYTES
 #: The folder under a student's server root that receives the lectures and the README.
 MATERIAL = "course"
 NOT_RUNNING = ("the course's check service is not answering on {where}: tell your "

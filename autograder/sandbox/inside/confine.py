@@ -3,14 +3,14 @@
 A grading kernel starts in one of two ways, and both finish the same way, with this
 module, inside the sandbox:
 
-* from scratch: :mod:`autograder.limits_launcher` runs it, then ``exec``s the kernel;
-* forked from a preloaded template: :mod:`autograder.zygote` runs it in each child.
+* from scratch: :mod:`autograder.sandbox.inside.limits_launcher` runs it, then ``exec``s the kernel;
+* forked from a preloaded template: :mod:`autograder.sandbox.inside.zygote` runs it in each child.
 
 In those steps, in order:
 
 1. :func:`private_storage` (root only) gives the process its own mount and System V
    IPC namespaces and shows, at ``/tmp`` and ``/dev/shm``, the two size-limited tmpfs
-   mounts the grader made for this submission (:mod:`autograder.storage`). Folders of
+   mounts the grader made for this submission (:mod:`autograder.sandbox.storage`). Folders of
    the host that must stay visible although they lie under the old ``/tmp`` (the
    working directory, a project checked out in ``/tmp``) are bound again on top, and an
    optional *cover* (a small read-only tmpfs) hides the folder that holds the other

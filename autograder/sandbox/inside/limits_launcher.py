@@ -1,4 +1,4 @@
-"""Confine this process (:mod:`autograder.confine`), then ``exec`` the kernel.
+"""Confine this process (:mod:`autograder.sandbox.inside.confine`), then ``exec`` the kernel.
 
 How a kernel started from scratch gets its limits: the grader runs ::
 

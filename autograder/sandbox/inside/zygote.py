@@ -30,7 +30,7 @@ Protocol: one JSON object per line on stdin, one reply per line on stdout.
 * ``{"op": "quit"}``.
 
 Run as ``python zygote.py MODULE ...`` (the modules to import up front). Like
-:mod:`autograder.limits_launcher` it imports only the standard library and
+:mod:`autograder.sandbox.inside.limits_launcher` it imports only the standard library and
 :mod:`confine`, which lies next to it (inside the sandbox, in ``confine.INSIDE_DIR``).
 """
 
