@@ -8,14 +8,20 @@ hidden checks and ``prepare`` scripts written then import ``autograder.checklib`
 :data:`OLD_NAMES` gives the module that now lives under the new name, the very same
 module object (``autograder.course.Course is autograder.workspace.course.Course``).
 
+The three names an old ``nbgrader_config.py`` holds are also small files beside this one
+(``release_steps.py``, ``formgrader_bridge.py``, ``feedback.py``): nbgrader imports them
+from the workspace's root, where, with an editable install, the workspace's ``autograder/``
+results folder can shadow this package's ``__init__`` and so this finder.
+
 It is a lazy alias, nothing more: :class:`OldNames` is a finder at the end of
 ``sys.meta_path`` (installed by ``autograder/__init__.py``) that answers only for these
 names, and only once nothing else found them. Three old names need no alias, since a
 package took the name: ``autograder.cli`` (its ``main`` is the console script),
 ``autograder.protocol`` (re-exports the errors hidden checks import) and
 ``autograder.sandbox`` (nothing outside the grader imported it). New code uses the new
-names; this file only grows when a module moves again. Standard library only: the student
-lab wheel ships it.
+names; this file only grows when a module moves again. (The sandbox's two scripts,
+limits_launcher.py and zygote.py, were never importable, so have no alias.) Standard
+library only: the student lab wheel ships it.
 """
 
 import importlib
@@ -41,8 +47,6 @@ OLD_NAMES = {
     "autograder.gpu": "autograder.sandbox.gpu",
     "autograder.cell_notes": "autograder.sandbox.cell_notes",
     "autograder.confine": "autograder.sandbox.inside.confine",
-    "autograder.limits_launcher": "autograder.sandbox.inside.limits_launcher",
-    "autograder.zygote": "autograder.sandbox.inside.zygote",
     "autograder.kernel_side": "autograder.protocol.kernel_side",
     "autograder.kernel_guard": "autograder.protocol.kernel_guard",
     "autograder.checklib": "autograder.protocol.checklib",

@@ -22,6 +22,9 @@ LAYERS = ["contracts", "workspace", "sandbox", "protocol", "grading", "reports",
           "student", "labext", "cli"]
 #: The top-level modules: the shared contracts and the alias table of old names.
 CONTRACTS = {"autograder", "autograder.jobs", "autograder.limits", "autograder.old_names"}
+#: Old names kept as files for workspaces made before the packages (see old_names.py):
+#: each imports the module it became, wherever that lies.
+ALIAS_FILES = {"autograder.release_steps", "autograder.formgrader_bridge", "autograder.feedback"}
 
 
 def _modules() -> dict[str, Path]:
@@ -110,7 +113,7 @@ def _package(module: str) -> str:
 
 
 def _layer(module: str) -> str:
-    return "contracts" if module in CONTRACTS else module.split(".")[1]
+    return "contracts" if module in CONTRACTS | ALIAS_FILES else module.split(".")[1]
 
 
 def test_the_import_reader_sees_imports_inside_functions():
@@ -138,8 +141,8 @@ def test_no_import_cycle_between_packages():
 
 def test_each_layer_imports_only_the_layers_above_it():
     wrong = [f"{module} imports {target}" for module, targets in sorted(GRAPH.items())
-             for target in sorted(targets)
-             if LAYERS.index(_layer(target)) > LAYERS.index(_layer(module))]
+             for target in sorted(targets) if module not in ALIAS_FILES
+             and LAYERS.index(_layer(target)) > LAYERS.index(_layer(module))]
     assert wrong == []
 
 
