@@ -9,8 +9,6 @@ import io
 import tokenize
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 #: A module longer than this is read twice before it is kept whole.
 LONG = 500
