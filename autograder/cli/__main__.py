@@ -1,5 +1,7 @@
 """``python -m autograder.cli``: the command line, as the console script runs it."""
 
+import sys
+
 from .commands import main
 
-main()
+sys.exit(main())
