@@ -27,11 +27,10 @@ from tqdm import tqdm
 from ..jobs import Job, NotebookResult
 from ..sandbox import gpu
 from ..sandbox.execute import kernel_start_mode
-from ..sandbox.isolation import hidden_from_kernels
 from ..workspace.course import AssignmentSpec, Course, CourseError
 from . import gradebook as writer
 from .runner import WorkerSetupError, describe_isolation, grade_notebook
-from .sanitize import NotGradable, grade_cell_ids, read_submission, sanitize
+from .sanitize import NotGradable, grade_cell_ids, sanitized_job
 from .workers import (
     raise_if_stop_requested,
     stop_workers,
@@ -56,33 +55,12 @@ def _job(
     course: Course, spec: AssignmentSpec, student: str, notebook_id: str, gb, auto_points: dict
 ) -> Job | NotebookResult:
     """The job for a worker, or the result of a notebook that cannot run at all."""
-    submission_dir = course.path("submitted", student, spec.name)
-    job = Job(
-        student=student,
-        assignment=spec.name,
-        notebook_id=notebook_id,
-        notebook=None,
-        submission_dir=submission_dir,
-        test_cell_ids=tuple(sorted(auto_points)),
-        checks_dir=spec.checks_dir(),
-        assignment_dir=spec.path,
-        limits=spec.limits,
-        forbid=tuple(spec.forbid),
-        hidden=hidden_from_kernels(course, spec),
-    )
     try:
-        nb = read_submission(submission_dir / f"{notebook_id}.ipynb")
-        job.notebook, job.findings = sanitize(
-            nb,
-            db_url=course.db_url,
-            assignment=spec.name,
-            notebook_id=notebook_id,
-            student=student,
-            gradebook=gb,
-        )
+        return sanitized_job(course, spec, student, notebook_id,
+                             course.path("submitted", student, spec.name), gb, auto_points)
     except NotGradable as exc:
-        return NotebookResult.not_run(job, f"not graded: {exc}", describe_isolation(job.limits))
-    return job
+        return NotebookResult.not_run(exc.job, f"not graded: {exc}",
+                                      describe_isolation(exc.job.limits))
 
 
 @stops_cleanly

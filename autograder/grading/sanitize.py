@@ -21,6 +21,9 @@ from nbgrader.preprocessors import (
     OverwriteKernelspec,
 )
 
+from ..jobs import Job
+from ..sandbox.isolation import hidden_from_kernels
+
 MAX_NOTEBOOK_BYTES = 20 * 2**20
 
 
@@ -136,3 +139,37 @@ def grade_cell_ids(gradebook, notebook_id: str, assignment: str) -> tuple[dict, 
     auto = {c.name: c.max_score for c in source_nb.grade_cells if c.name not in solution_ids}
     manual = {c.name for c in source_nb.grade_cells if c.name in solution_ids}
     return auto, manual
+
+
+def sanitized_job(course, spec, student: str, notebook_id: str, submission_dir: Path,
+                  gradebook, test_cell_ids) -> Job:
+    """One notebook of one submission as a :class:`~autograder.jobs.Job`: read from
+    ``submission_dir``, sanitised against the gradebook, with the assignment's checks,
+    limits and forbidden calls and what no kernel may see of the course. ``autograder
+    grade`` and "Check my work" both build their jobs here.
+
+    Raises :class:`NotGradable` with ``.job`` set (the job without its notebook), from
+    which the caller can make the result that says why.
+    """
+    job = Job(
+        student=student,
+        assignment=spec.name,
+        notebook_id=notebook_id,
+        notebook=None,
+        submission_dir=Path(submission_dir),
+        test_cell_ids=tuple(sorted(test_cell_ids)),
+        checks_dir=spec.checks_dir(),
+        assignment_dir=spec.path,
+        limits=spec.limits,
+        forbid=tuple(spec.forbid),
+        hidden=hidden_from_kernels(course, spec),
+    )
+    try:
+        nb = read_submission(job.submission_dir / f"{notebook_id}.ipynb")
+        job.notebook, job.findings = sanitize(nb, db_url=course.db_url, assignment=spec.name,
+                                              notebook_id=notebook_id, student=student,
+                                              gradebook=gradebook)
+    except NotGradable as exc:
+        exc.job = job
+        raise
+    return job

@@ -22,11 +22,10 @@ from nbgrader import utils as nbutils
 
 from ...grading.oracle import shared_oracle
 from ...grading.runner import grade_notebook
-from ...grading.sanitize import grade_cell_ids, read_submission, sanitize
+from ...grading.sanitize import grade_cell_ids, read_submission, sanitized_job
 from ...grading.scoring import score_cells
 from ...grading.upstream import exercise_uses
 from ...grading.workers import stops_cleanly
-from ...jobs import Job
 from ...sandbox import forkserver
 from ...sandbox.isolation import hidden_from_kernels
 from ...sandbox.slots import sandbox_slot
@@ -47,32 +46,16 @@ def check_notebook(
     """
     course = Course(course_root, assignments_dir)
     spec = course.spec(assignment)
-    folder = Path(submission_dir)
-    nb = read_submission(folder / f"{notebook_id}.ipynb")
     with course.gradebook() as gb:
-        nb, findings = sanitize(nb, db_url=course.db_url, assignment=spec.name,
-                                notebook_id=notebook_id, student=user, gradebook=gb)
         auto_points, manual_ids = grade_cell_ids(gb, notebook_id, spec.name)
+        job = sanitized_job(course, spec, user, notebook_id, Path(submission_dir), gb,
+                            auto_points)
     manual = {}
-    for cell in nb.cells:
+    for cell in job.notebook.cells:
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
         if grade_id in manual_ids:
             score, max_score = nbutils.determine_grade(cell)
             manual[grade_id] = {"max_score": max_score, "answered": score is None}
-    job = Job(
-        student=user,
-        assignment=spec.name,
-        notebook_id=notebook_id,
-        notebook=nb,
-        submission_dir=folder,
-        test_cell_ids=tuple(sorted(auto_points)),
-        checks_dir=spec.checks_dir(),
-        assignment_dir=spec.path,
-        limits=spec.limits,
-        forbid=tuple(spec.forbid),
-        hidden=hidden_from_kernels(course, spec),
-        findings=findings,
-    )
     result = grade_notebook(job)
     cells = score_cells(auto_points, result.checks, result.diagnoses,
                         uses=exercise_uses(result.notebook))
@@ -82,7 +65,7 @@ def check_notebook(
         "cells": cells,
         "manual": manual,
         "events": result.events,
-        "findings": findings,
+        "findings": job.findings,
         "isolation": result.isolation,
         "seconds": result.seconds,
     }
