@@ -38,7 +38,7 @@ class GradeWithAutograder(NbGraderPreprocessor):
         autograded = root / "autograded" / student / assignment / f"{notebook}.ipynb"
         # nbgrader calls this once per notebook; one `grade` covers the whole submission.
         if notebook == _first_notebook(root, assignment):
-            command = [sys.executable, "-m", "autograder.cli.commands", "grade", assignment,
+            command = [sys.executable, "-m", "autograder.cli", "grade", assignment,
                        "--student", student, "--force", "--quiet", "--course", str(root)]
             done = subprocess.run(command, capture_output=True, text=True,
                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -28,9 +28,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.labext.handin import CheckRefused
+from autograder.labext.handin import CheckRefused, unpack
 from autograder.labext.service_side.course_lab import CourseLab
-from autograder.labext.service_side.serve_checks import unpack
 from autograder.labext.student_side.shared_server import CheckService, local_paths, pack
 
 ASSIGNMENT = "01-attention"
@@ -201,8 +200,7 @@ def test_a_hand_in_is_the_notebook_and_the_plain_files_beside_it(tmp_path):
 def test_the_largest_hand_in_the_grader_takes_fits_the_service(tmp_path):
     # The student side cannot import the grader's limit: the two constants must agree.
     from autograder.grading.sanitize import MAX_NOTEBOOK_BYTES
-    from autograder.labext.handin import MAX_SIBLING_BYTES
-    from autograder.labext.student_side.shared_server import MAX_UPLOAD_BYTES
+    from autograder.labext.handin import MAX_SIBLING_BYTES, MAX_UPLOAD_BYTES
 
     tar_overhead = 2**20  # headers and padding of a tar of a few files
     assert MAX_NOTEBOOK_BYTES + MAX_SIBLING_BYTES + tar_overhead <= MAX_UPLOAD_BYTES
