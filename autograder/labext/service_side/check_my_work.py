@@ -42,7 +42,7 @@ def check_notebook(
     Returns ``{"cells": {grade_id: {"score", "max_score", "passed", "total", "checks"}},
     "manual": {grade_id: {"max_score", "answered"}}, "events", "findings", "isolation",
     "seconds"}``. ``checks`` are the trusted per-check records: they may hold reference
-    values, so they never leave the server as they are (see :mod:`.feedback`).
+    values, so they never leave the server as they are (see :mod:`.visibility`).
     """
     course = Course(course_root, assignments_dir)
     spec = course.spec(assignment)
@@ -88,7 +88,7 @@ def warm_up(course_root: str, assignments_dir: str) -> bool:
         return forkserver.get(slot, hidden_from_kernels(course)) is not None
 
 
-# -- what is checked: the notebook and the files beside it (:mod:`.handin`) --------------
+# -- what is checked: the notebook and the files beside it (:mod:`..handin`) --------------
 def content_hash(notebook: nbformat.NotebookNode, folder: Path, checks_dir: Path,
                  assignment_toml: Path) -> str:
     """What decides a check's result, hashed: the notebook's cells without their outputs

@@ -110,7 +110,8 @@ class CourseLab(LoggingConfigurable):
 
     async def check_upload(self, user: str, raw_rel, upload: bytes) -> dict:
         """``POST /check`` of ``autograder serve-checks``: a notebook packed by the student's
-        own Jupyter server (:func:`.shared_server.pack`), ``raw_rel`` its path there."""
+        own Jupyter server (:func:`..student_side.shared_server.pack`), ``raw_rel`` its path
+        there."""
         rel = PurePosixPath(raw_rel.strip()) if isinstance(raw_rel, str) else None
         if rel is None or rel.suffix != ".ipynb" or rel.is_absolute() or ".." in rel.parts:
             raise CheckRefused(400, "send ?path=<the notebook's path under your server root>")
@@ -255,7 +256,7 @@ _POOL: ProcessPoolExecutor | None = None
 
 def _worker_pool(workers: int, warm_for: Course | None) -> ProcessPoolExecutor:
     """The pool, started on first use; ``warm_for``: start a check's sandbox for that
-    course right away (:func:`.check.warm_up`), once per worker as the pool hands them out
+    course right away (:func:`.check_my_work.warm_up`), once per worker as the pool hands them out
     (a worker that gets a second one finds its sandbox started and returns at once)."""
     global _POOL
     if _POOL is None:

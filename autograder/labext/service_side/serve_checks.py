@@ -1,10 +1,11 @@
 """``autograder serve-checks``: the checks of a shared server, in a service of their own.
 
 The service holds the course (workspace, hidden checks, gradebook) where students cannot
-read it and runs each check through the same :class:`.service.CourseLab` a laptop uses.
-Students' Jupyter servers send it their notebooks (:mod:`.shared_server`). What it must
-get right is who is asking, since the one-check-at-a-time rule, the cool-down and each
-student's saved results are keyed by that name; it never takes a name from the request:
+read it and runs each check through the same :class:`.course_lab.CourseLab` a laptop uses.
+Students' Jupyter servers send it their notebooks (:mod:`..student_side.shared_server`).
+What it must get right is who is asking, since the one-check-at-a-time rule, the
+cool-down and each student's saved results are keyed by that name; it never takes a name
+from the request:
 
 * on a Unix socket, the kernel reports the Unix user at the other end (``SO_PEERCRED``);
 * over HTTP, the request carries its server's JupyterHub token, and the hub's own

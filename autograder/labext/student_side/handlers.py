@@ -1,6 +1,6 @@
 """The REST endpoints, behind the Jupyter server's own authentication.
 
-``GET  /autograder/api/course``  the Course panel (:mod:`.catalog`)
+``GET  /autograder/api/course``  the Course panel (:mod:`..service_side.catalog`)
 ``POST /autograder/api/check``   ``{"path": "release/01-attention/attention.ipynb"}``
 
 Both are ``APIHandler``s marked ``@authenticated``: without the server's token (or its
@@ -30,7 +30,8 @@ class _Handler(APIHandler):
 
     @property
     def lab(self):
-        """:class:`.service.CourseLab` (checks run here) or :class:`.shared_server.CheckService`."""
+        """:class:`..service_side.course_lab.CourseLab` (checks run here) or
+        :class:`.shared_server.CheckService`."""
         return self.settings["autograder_course_lab"]
 
     @property

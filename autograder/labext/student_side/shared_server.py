@@ -2,13 +2,13 @@
 student's side.
 
 On a laptop the student's Jupyter server runs the checks itself, in worker processes
-(:mod:`.service`). On a shared machine that cannot be safe: each student's Jupyter
+(:mod:`..service_side.course_lab`). On a shared machine that cannot be safe: each student's Jupyter
 server runs as the student, and so does every kernel and terminal the student opens.
 Whatever that server can read to grade (the hidden checks, the gradebook, the
 assignment sources with their solutions) the student can read too.
 
 So the checks move into a service of their own, ``autograder serve-checks``
-(:mod:`.check_service`), which keeps the course where students cannot read it. A
+(:mod:`..service_side.serve_checks`), which keeps the course where students cannot read it. A
 student's Jupyter server, told where the service is, sends it the notebook and the
 files beside it and shows what comes back: the same view a local check gives, already
 cut to the instructor's visibility setting. The service is reached one of two ways:
@@ -53,7 +53,7 @@ NO_TOKEN = ("this Jupyter server has no JupyterHub token (JUPYTERHUB_API_TOKEN) 
 
 def pack(notebook: Path) -> tuple[bytes, list[str]]:
     """The notebook under its own name and the files beside it, as an uncompressed tar
-    (the same files a local check copies, :func:`.handin.stage_submission`), and the notes
+    (the same files a local check copies, :func:`..handin.stage_submission`), and the notes
     on what was left out."""
     with tempfile.TemporaryDirectory(prefix="check-my-work-") as tmp:
         notes = stage_submission(notebook, Path(tmp), notebook.stem)
