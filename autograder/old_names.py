@@ -8,8 +8,8 @@ hidden checks and ``prepare`` scripts written then import ``autograder.checklib`
 :data:`OLD_NAMES` gives the module that now lives under the new name, the very same
 module object (``autograder.course.Course is autograder.workspace.course.Course``).
 
-The three names an old ``nbgrader_config.py`` holds are also small files beside this one
-(``release_steps.py``, ``formgrader_bridge.py``, ``feedback.py``): nbgrader imports them
+The three names an old ``nbgrader_config.py`` holds are also small packages beside this
+file (``release_steps/``, ``formgrader_bridge/``, ``feedback/``): nbgrader imports them
 from the workspace's root, where, with an editable install, the workspace's ``autograder/``
 results folder can shadow this package's ``__init__`` and so this finder.
 

@@ -22,7 +22,7 @@ LAYERS = ["contracts", "workspace", "sandbox", "protocol", "grading", "reports",
           "student", "labext", "cli"]
 #: The top-level modules: the shared contracts and the alias table of old names.
 CONTRACTS = {"autograder", "autograder.jobs", "autograder.limits", "autograder.old_names"}
-#: Old names kept as files for workspaces made before the packages (see old_names.py):
+#: Old names kept as small packages for workspaces made before (see old_names.py):
 #: each imports the module it became, wherever that lies.
 ALIAS_FILES = {"autograder.release_steps", "autograder.formgrader_bridge", "autograder.feedback"}
 
