@@ -32,8 +32,8 @@ from functools import cache
 import pytest
 import torch
 
-from autograder.protocol.checklib import (
-    CheckFailure,
+from autograder.protocol.checklib import CheckFailure
+from autograder.protocol.checkpoints import (
     check_loaded_checkpoint,
     checkpoint_loader,
     once_per_submission,

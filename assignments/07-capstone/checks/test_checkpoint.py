@@ -36,8 +36,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.protocol.checklib import (
-    CheckFailure,
+from autograder.protocol.checklib import CheckFailure
+from autograder.protocol.checkpoints import (
     check_loaded_checkpoint,
     checkpoint_loader,
     once_per_submission,
