@@ -84,7 +84,7 @@ lab: $(STAMP) $(LABEXT)
 	$(VENV)/bin/autograder init
 	$(VENV)/bin/autograder release --all
 ifeq ($(LAB),student)
-	$(PY) -m autograder.student_lab course-student
+	$(PY) -m autograder.student.lab_wheel course-student
 	@echo "The student's lab: course-student/ (the Course panel's Open fetches each assignment)"
 	cd course-student && JUPYTER_CONFIG_PATH="$(CURDIR)/course-student/.lab$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
 	  "$(CURDIR)/$(VENV)/bin/jupyter" lab

@@ -1,10 +1,10 @@
 """What travels between the layers of grading: a job in, a result out.
 
-``autograder grade`` (:mod:`autograder.grade`) turns each notebook of each submission
+``autograder grade`` (:mod:`autograder.grading.grade`) turns each notebook of each submission
 into a :class:`Job`; a worker (a local process, or a Dask worker on another machine)
-runs it with :func:`autograder.runner.grade_notebook` and returns a
+runs it with :func:`autograder.grading.runner.grade_notebook` and returns a
 :class:`NotebookResult`, with one :class:`CheckRecord` per hidden check; the single
-writer (:mod:`autograder.gradebook`) scores and records it. All three are plain
+writer (:mod:`autograder.grading.gradebook`) scores and records it. All three are plain
 dataclasses of plain values, so they pickle across a process pool and a Dask cluster
 unchanged, and ``CheckRecord`` is also what the per-student results file stores.
 """
@@ -93,7 +93,7 @@ class NotebookResult:
     #: Time-outs, restarts, caps reached, processes killed: notes for the report.
     events: list[str] = dataclasses.field(default_factory=list)
     findings: list[str] = dataclasses.field(default_factory=list)
-    #: Named mistakes that explain failing checks (autograder.diagnosis.Diagnosis.as_dict).
+    #: Named mistakes that explain failing checks (autograder.grading.diagnosis.Diagnosis.as_dict).
     diagnoses: list[dict] = dataclasses.field(default_factory=list)
     #: The isolation and the caps that were in force (printed in the feedback).
     isolation: str = ""

@@ -67,7 +67,8 @@ class Limits:
     #: Open file descriptors (RLIMIT_NOFILE).
     open_files: int = 512
     #: Whether the kernel may use the grader's GPU when it has one (``gpu = true``;
-    #: :mod:`autograder.gpu`). Without one, or with ``AUTOGRADER_GPU=0``, it runs on the CPU.
+    #: :mod:`autograder.sandbox.gpu`). Without one, or with ``AUTOGRADER_GPU=0``, it runs on
+    #: the CPU.
     gpu: bool = False
 
     @classmethod
@@ -115,7 +116,7 @@ class Limits:
         return left
 
     def rlimits(self, workdir_in_memory: bool, uses_gpu: bool = False) -> dict[str, int]:
-        """``{name: value}`` for :mod:`autograder.confine` (``as``, ``cpu``, ...).
+        """``{name: value}`` for :mod:`autograder.sandbox.inside.confine` (``as``, ``cpu``, ...).
 
         A kernel on a GPU gets the same budget as ``data`` (``RLIMIT_DATA``) instead:
         the CUDA driver reserves more address space than any cap would allow.

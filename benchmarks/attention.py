@@ -43,6 +43,8 @@ if not USE_CUDA:
     # The interpreter must be chosen before triton is first imported.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from tables import print_table  # noqa: E402  (beside this file, as attention_gpu)
+
 from toolkit.attention import scaled_dot_product_attention  # noqa: E402
 from toolkit.flash import (  # noqa: E402
     PeakMemoryCounter,
@@ -58,16 +60,6 @@ from toolkit.kernels import (  # noqa: E402
 )
 
 MB = 1e6
-
-
-def print_table(title: str, header: list[str], rows: list[list]) -> None:
-    cells = [[str(h) for h in header]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    print(f"\n{title}")
-    print("  ".join(h.rjust(w) for h, w in zip(cells[0], widths)))
-    print("  ".join("-" * w for w in widths))
-    for row in cells[1:]:
-        print("  ".join(c.rjust(w) for c, w in zip(row, widths)))
 
 
 def reference(q, k, v, causal):

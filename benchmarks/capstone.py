@@ -63,6 +63,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # capstone_race beside this file
 
 from capstone_race import race  # noqa: E402
+from tables import print_table  # noqa: E402
 
 from toolkit.data import load_corpus  # noqa: E402
 from toolkit.generate import greedy  # noqa: E402
@@ -75,16 +76,6 @@ from toolkit.models import (  # noqa: E402
 from toolkit.train import TrainConfig, train  # noqa: E402
 
 PROMPT_LEN = 16
-
-
-def print_table(title: str, header: list[str], rows: list[list]) -> None:
-    cells = [[str(h) for h in header]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    print(f"\n{title}")
-    print("  ".join(h.rjust(w) for h, w in zip(cells[0], widths)))
-    print("  ".join("-" * w for w in widths))
-    for row in cells[1:]:
-        print("  ".join(c.rjust(w) for c, w in zip(row, widths)))
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.course import Course
-from autograder.submissions import make_class, write_submissions
+from autograder.authoring.submissions import make_class, write_submissions
+from autograder.workspace.course import Course
 
 
 def make_submissions(course: Course, name: str, n: int) -> list[str]:

@@ -5,7 +5,7 @@ ones (written from the released notebook alone; ``fay`` the most direct way the 
 and hints allow, ``gus`` close to them too) and the planted copies (``copy-of-reference``:
 renamed, reordered, comments changed; ``disguised-reference``: locals renamed and comments
 dropped). For each it prints its similarity to the reference as the pairwise comparison
-measures it (raw) and beyond the honest baseline (:mod:`autograder.reference_baseline`).
+measures it (raw) and beyond the honest baseline (:mod:`autograder.reports.reference_baseline`).
 Each independent solution is measured *left out*: the baseline then comes from the other
 independent solutions and the class, never from itself. Ends with both rates: independent
 solutions flagged, disguised copies flagged, before and after.
@@ -23,9 +23,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from autograder import reference_baseline, similarity
-from autograder.course import Course
-from autograder.similarity_report import load
+from autograder.reports import reference_baseline, similarity
+from autograder.reports.similarity_report import load
+from autograder.workspace.course import Course
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "similarity"))
 import make_class  # noqa: E402

@@ -24,9 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder import reference_baseline, similarity
-from autograder.course import Course
-from autograder.similarity_report import load, write_html
+from autograder.reports import reference_baseline, similarity
+from autograder.reports.similarity_report import load, write_html
+from autograder.workspace.course import Course
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "similarity"))
 import make_class  # noqa: E402

@@ -29,7 +29,7 @@ A notebook that cannot train (the stub raises ``NotImplementedError``) gets no c
 like a student who handed none in; the script says so and exits 0.
 
 Identical training code trains identically, so results are cached
-(:mod:`autograder.prepare_checkpoint`, which does step 1 and the caching for every such
+(:mod:`autograder.authoring.prepare_checkpoint`, which does step 1 and the caching for every such
 script): the reference and the mutants of RMSNorm, the feed-forward and the distillation
 exercises share one run.
 """
@@ -40,7 +40,7 @@ import math
 import sys
 from pathlib import Path
 
-from autograder.prepare_checkpoint import prepare_checkpoint
+from autograder.authoring.prepare_checkpoint import prepare_checkpoint
 
 NOTEBOOK = "blocks.ipynb"
 CHECKPOINT = "mlm.safetensors"

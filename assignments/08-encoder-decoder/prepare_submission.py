@@ -10,7 +10,7 @@ submission, in the submission's folder, as::
     python prepare_submission.py STUDENT_ID
 
 It does what the student's notebook does, with the submission's own code: runs the
-notebook's assignment cells (:mod:`autograder.prepare_checkpoint`), builds the notebook's
+notebook's assignment cells (:mod:`autograder.authoring.prepare_checkpoint`), builds the notebook's
 default model with *that* notebook's ``EncoderDecoder`` (so a mutant's bug is in its
 checkpoint, as a student's would be), trains it with ``toolkit.seq2seq.train_numbers``
 (``STEPS`` steps of 64 examples; the reference then converts about 70% of the held-out
@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from autograder.prepare_checkpoint import prepare_checkpoint
+from autograder.authoring.prepare_checkpoint import prepare_checkpoint
 
 NOTEBOOK = "encdec.ipynb"
 CHECKPOINT = "encdec.safetensors"

@@ -1,5 +1,8 @@
 """What "Check my work" hands in: the notebook and the plain files beside it.
 
+Shared by both sides of the extension: the student side packs a hand-in, the service side
+unpacks it (:func:`unpack`) and stages it.
+
 A student hands in a folder: the notebook, and for some assignments files the notebook
 wrote (the capstone's checkpoint). A check takes the same folder from where the notebook
 was saved, the way the exchange would take it, and leaves out what a hand-in never holds.
@@ -7,18 +10,40 @@ was saved, the way the exchange would take it, and leaves out what a hand-in nev
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import shutil
+import tarfile
 from pathlib import Path, PurePosixPath
 
-from . import CheckRefused
+
+class CheckRefused(Exception):
+    """A request the service will not run; ``status`` is the HTTP status to answer,
+    ``retry_after`` (seconds, when known) how soon asking again can succeed."""
+
+    def __init__(self, status: int, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+    def body(self) -> dict:
+        """The JSON answer: ``{"message", "retry_after"?}`` (the panel says when to retry)."""
+        body: dict = {"message": str(self)}
+        if self.retry_after is not None:
+            body["retry_after"] = max(1, round(self.retry_after))
+        return body
+
 
 #: What a submission folder may hold besides the notebook (the capstone's checkpoint).
 MAX_SIBLING_BYTES = 256 * 2**20
 #: Never copied into a check, whatever folder the notebook sits in.
 COURSE_FILES = {"gradebook.db", "nbgrader_config.py", "autograder.json"}
+#: The largest hand-in the service reads: the notebook's limit (the grader's
+#: ``sanitize.MAX_NOTEBOOK_BYTES``, which this module cannot import, since the student side
+#: ships it; a test keeps the two in step), the files beside it, and 1 MiB of slack.
+MAX_UPLOAD_BYTES = (20 + 1) * 2**20 + MAX_SIBLING_BYTES
 
 
 def notebook_under(root_dir: Path, raw) -> Path:
@@ -187,3 +212,27 @@ def handin_warnings(root_dir: Path, copies: dict[str, str], last_checked: dict) 
                             f"checked is not the work you would submit (copy it into {rel} "
                             "first)")
     return warnings
+
+
+def unpack(data: bytes, target: Path) -> None:
+    """Write a packed hand-in into ``target``: plain files at the top level only, within
+    :data:`MAX_UPLOAD_BYTES`; anything else is refused (400) before a byte is written."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            members = tar.getmembers()
+            total = sum(m.size for m in members)
+            for member in members:
+                name = member.name
+                if (not member.isfile() or "/" in name or name in ("", ".", "..")
+                        or name.startswith(".")):
+                    raise CheckRefused(400, f"the hand-in holds {name!r}, which is not a "
+                                            "plain file beside the notebook")
+            if total > MAX_UPLOAD_BYTES:
+                raise CheckRefused(413, f"the hand-in is {total / 2**20:.0f} MiB, over the "
+                                        f"{MAX_UPLOAD_BYTES // 2**20} MiB a check takes")
+            target.mkdir(parents=True, exist_ok=True)
+            for member in members:
+                with tar.extractfile(member) as source, open(target / member.name, "wb") as out:
+                    out.write(source.read())
+    except tarfile.TarError as exc:
+        raise CheckRefused(400, f"the hand-in is not a tar archive ({exc})") from None

@@ -7,8 +7,8 @@ unless it starts with a name (RoPE, KV, ``dK``), and ends without a full stop.
 
 import pytest
 
-from autograder.assignment_spec import AssignmentSpec
-from autograder.course import ASSIGNMENTS_DIR, available_assignments
+from autograder.workspace.assignment_spec import AssignmentSpec
+from autograder.workspace.course import ASSIGNMENTS_DIR, available_assignments
 
 
 @pytest.mark.parametrize("name", available_assignments(ASSIGNMENTS_DIR))

@@ -6,11 +6,11 @@ mutant in assignment.toml must lose points on each grade cell it says it breaks.
 
 import pytest
 
-from autograder.course import ASSIGNMENTS_DIR, Course, available_assignments
-from autograder.grade import grade
-from autograder.report import collect
-from autograder.submissions import make_class, write_submissions
-from autograder.validate import expectations
+from autograder.workspace.course import ASSIGNMENTS_DIR, Course, available_assignments
+from autograder.grading.grade import grade
+from autograder.reports.report import collect
+from autograder.authoring.submissions import make_class, write_submissions
+from autograder.authoring.validate import expectations
 
 pytestmark = pytest.mark.slow
 

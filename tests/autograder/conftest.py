@@ -61,11 +61,11 @@ def tiny_course(tmp_path_factory):
     """A course workspace with one assignment, ``00-tiny``, released.
 
     ``00-tiny`` is the project's minimal example, made exactly as ``autograder new``
-    makes one (``autograder/templates/``), in a temporary assignments folder with its
+    makes one (``autograder/authoring/templates/``), in a temporary assignments folder with its
     hidden checks beside it.
     """
-    from autograder.course import Course
-    from autograder.scaffold import new_assignment
+    from autograder.authoring.scaffold import new_assignment
+    from autograder.workspace.course import Course
 
     root = tmp_path_factory.mktemp("course")
     new_assignment("00-tiny", root / "assignments", title="Tiny: softmax")
@@ -81,8 +81,8 @@ def run_cell():
     returns its text and error output and the (closed) session."""
     import nbformat
 
-    from autograder import slots
-    from autograder.execute import KernelSession
+    from autograder.sandbox import slots
+    from autograder.sandbox.execute import KernelSession
 
     def run(code: str, limits):
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from autograder.assistant_rules import (
+from autograder.authoring.scaffold import new_assignment
+from autograder.workspace.assistant_rules import (
     DEFAULT_RULES,
     FILE_NAMES,
     WHEEL_FILE_NAMES,
     rules_from_setting,
 )
-from autograder.course import Course, CourseError
-from autograder.nbgrader_settings import COURSE_ID
-from autograder.outline import load_outline
-from autograder.scaffold import new_assignment
+from autograder.workspace.course import Course, CourseError
+from autograder.workspace.nbgrader_settings import COURSE_ID
+from autograder.workspace.outline import load_outline
 
 ASSIGNMENTS = Path(__file__).resolve().parents[2] / "assignments"
 CUSTOM = "# Our rules\n\nHints only, and never the code of an answer cell.\n"
@@ -96,7 +96,7 @@ def test_a_release_carries_the_course_rules(tmp_path, assignments, setting, expe
 @pytest.mark.slow
 @pytest.mark.parametrize("rules", [DEFAULT_RULES, CUSTOM, None])
 def test_the_student_wheel_carries_the_rules(tmp_path, rules):
-    from autograder.student_build import build_student_toolkit
+    from autograder.student.toolkit_wheel import build_student_toolkit
 
     wheel = build_student_toolkit(tmp_path / "wheel", ASSIGNMENTS, assistant_rules=rules)
     with zipfile.ZipFile(wheel) as archive:

@@ -18,10 +18,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import report
-from autograder.grade import grade
-from autograder.storage import can_mount, scratch_root
-from autograder.submissions import make_class, write_submissions
+from autograder.authoring.submissions import make_class, write_submissions
+from autograder.grading.grade import grade
+from autograder.reports import report
+from autograder.sandbox.storage import can_mount, scratch_root
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not can_mount(), reason="sized tmpfs mounts need root")]

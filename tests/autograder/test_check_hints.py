@@ -23,18 +23,17 @@ import sys
 
 import pytest
 
-from autograder import kernel_side
-from autograder.assignment_spec import AssignmentSpec
-from autograder.checklib import CheckFailure
-from autograder.course import notebook_from_text
-from autograder.diagnosis import annotate, diagnose
-from autograder.labext.feedback import student_view
-from autograder.oracle import MistakeOracle, graded_cells
-from autograder.protocol import Submission
-from autograder.runner import run_checks
-from autograder.scoring import cell_report_markdown, score_cells
-from autograder.submissions import apply_mutant
-from autograder.upstream import exercise_uses
+from autograder.grading.diagnosis import annotate, diagnose
+from autograder.grading.oracle import MistakeOracle, graded_cells
+from autograder.grading.runner import run_checks
+from autograder.grading.scoring import cell_report_markdown, score_cells
+from autograder.grading.upstream import exercise_uses
+from autograder.labext.service_side.visibility import student_view
+from autograder.protocol import kernel_side
+from autograder.protocol.checklib import CheckFailure
+from autograder.protocol.trusted import Submission
+from autograder.workspace.assignment_spec import AssignmentSpec, apply_mutant
+from autograder.workspace.course import notebook_from_text
 
 # The cells the exercise needs besides its own: the imports, the blog's module and the
 # LayerNorm of exercise 1 (its solution).

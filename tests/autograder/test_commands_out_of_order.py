@@ -8,9 +8,9 @@ whose arguments contradict each other is refused before it changes anything.
 
 import pytest
 
+from autograder.authoring.scaffold import new_assignment
 from autograder.cli import main
-from autograder.course import Course
-from autograder.scaffold import new_assignment
+from autograder.workspace.course import Course
 
 
 @pytest.fixture(scope="module")

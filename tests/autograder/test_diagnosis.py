@@ -8,10 +8,10 @@ made submissions: the forgotten 1/sqrt(d_k) and heads split along the wrong axis
 import nbformat
 import pytest
 
-from autograder.course import Course
-from autograder.grade import grade
-from autograder.gradebook import read_result_file
-from autograder.submissions import make_class, write_submissions
+from autograder.authoring.submissions import make_class, write_submissions
+from autograder.grading.grade import grade
+from autograder.grading.gradebook import read_result_file
+from autograder.workspace.course import Course
 
 pytestmark = pytest.mark.slow
 NAME = "01-attention"

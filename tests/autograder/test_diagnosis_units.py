@@ -4,12 +4,12 @@ import math
 
 import torch
 
-from autograder.assignment_spec import Mutant
-from autograder.diagnosis import explanation_of, fingerprint_matches, same_answer, usable
-from autograder.feedback import maths_to_mathml, part_name, summary_markdown
+from autograder.grading.diagnosis import explanation_of, fingerprint_matches, same_answer, usable
+from autograder.grading.scoring import attempted, score_cells
 from autograder.jobs import CheckRecord
-from autograder.protocol import Exchange, ForbiddenShortcut, SubmissionError
-from autograder.scoring import attempted, score_cells
+from autograder.protocol.trusted import Exchange, ForbiddenShortcut, SubmissionError
+from autograder.reports.feedback_page import maths_to_mathml, part_name, summary_markdown
+from autograder.workspace.assignment_spec import Mutant
 
 
 def _reply(value):
@@ -132,7 +132,7 @@ def test_mistake_oracle_leaves_no_scratch_folder_behind(tmp_path):
     import tempfile
     from pathlib import Path
 
-    from autograder.oracle import MistakeOracle
+    from autograder.grading.oracle import MistakeOracle
 
     def scratch_of(pid):
         return set(Path(tempfile.gettempdir()).glob(f"autograder-oracle-{pid}-*"))

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from autograder import gradebook as writer
-from autograder import report
-from autograder.confine import mount_tmpfs, unmount
-from autograder.course import Course
-from autograder.grade import grade
+from autograder.authoring.scaffold import new_assignment
+from autograder.authoring.submissions import make_class, write_submissions
+from autograder.grading import gradebook as writer
+from autograder.grading.grade import grade
 from autograder.limits import MiB
-from autograder.scaffold import new_assignment
-from autograder.storage import can_mount
-from autograder.submissions import make_class, write_submissions
+from autograder.reports import report
+from autograder.sandbox.inside.confine import mount_tmpfs, unmount
+from autograder.sandbox.storage import can_mount
+from autograder.workspace.course import Course
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not can_mount(), reason="mounting a small filesystem needs root")]

@@ -18,10 +18,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.course import notebook_from_text
-from autograder.grade import grade
-from autograder.gradebook import read_result_file
-from autograder.submissions import fill_solutions
+from autograder.authoring.submissions import fill_solutions
+from autograder.grading.grade import grade
+from autograder.grading.gradebook import read_result_file
+from autograder.workspace.course import notebook_from_text
 
 pytestmark = pytest.mark.slow
 NAME = "00-tiny"
@@ -89,8 +89,8 @@ def test_an_exchange_outside_a_private_workspace(tmp_path):
     """On a server students share, the workspace is private (chmod 700) and the exchange
     lives where every student can reach it: `autograder init --exchange DIR`. The
     workspace remembers it; release, fetch, submit and collect go through it."""
-    from autograder.course import Course, CourseError
-    from autograder.scaffold import new_assignment
+    from autograder.authoring.scaffold import new_assignment
+    from autograder.workspace.course import Course, CourseError
 
     new_assignment(NAME, tmp_path / "assignments", title="Tiny: softmax")
     exchange = tmp_path / "srv" / "nbgrader" / "exchange"

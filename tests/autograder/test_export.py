@@ -8,8 +8,8 @@ import warnings
 
 import pytest
 
-from autograder import export
 from autograder.cli import main
+from autograder.reports import export
 
 NAME = "00-tiny"
 

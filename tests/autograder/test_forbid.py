@@ -1,6 +1,6 @@
 """Forbidden shortcuts are banned by identity, not by the import path the student used.
 
-The kernel side of the check protocol (:mod:`autograder.kernel_side`) runs here in the
+The kernel side of the check protocol (:mod:`autograder.protocol.kernel_side`) runs here in the
 test process, on a namespace that plays the student's: the same code the grading
 kernel executes, driven through real request files. Every module touched is restored
 after each request.
@@ -18,8 +18,9 @@ from safetensors.torch import save_file
 
 import toolkit.models  # noqa: F401 - loaded, so its alias of apply_rope exists
 import toolkit.position
-from autograder import kernel_side, protocol
-from autograder.assignment_spec import AssignmentSpec
+from autograder.protocol import kernel_side
+from autograder.protocol import trusted as protocol
+from autograder.workspace.assignment_spec import AssignmentSpec
 
 STUDENT = """
 import torch

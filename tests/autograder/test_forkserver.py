@@ -8,10 +8,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import forkserver, sandbox, slots
-from autograder.execute import KernelSession
 from autograder.limits import GiB, Limits
-from autograder.storage import can_mount
+from autograder.sandbox import forkserver, slots
+from autograder.sandbox import isolation as sandbox
+from autograder.sandbox.execute import KernelSession
+from autograder.sandbox.storage import can_mount
 
 pytestmark = pytest.mark.skipif(not forkserver.enabled(), reason="fork server unavailable here")
 
@@ -190,7 +191,7 @@ def test_slots_are_exclusive():
 
 def test_only_paths_the_project_cover_leaves_visible_are_covered_again(tmp_path):
     """What the sandbox covers for ``hidden``: the layout a zygote is keyed by."""
-    from autograder.course import ASSIGNMENTS_DIR, PROJECT_ROOT
+    from autograder.workspace.course import ASSIGNMENTS_DIR, PROJECT_ROOT
 
     workspace, outside_checks = tmp_path / "ws", tmp_path / "ws" / "checks"
     scratch, elsewhere = tmp_path / "scratch", tmp_path / "elsewhere"
@@ -212,7 +213,7 @@ def test_only_paths_the_project_cover_leaves_visible_are_covered_again(tmp_path)
 
 def test_every_built_in_assignment_shares_one_zygote(tmp_path):
     """The Course panel starts one zygote and every assignment's check uses it."""
-    from autograder.course import ASSIGNMENTS_DIR, Course
+    from autograder.workspace.course import ASSIGNMENTS_DIR, Course
 
     course = Course(tmp_path / "course")
     course.root.mkdir()

@@ -1,4 +1,4 @@
-"""Grading on a GPU (autograder.gpu): what a kernel of a ``gpu = true`` assignment sees.
+"""Grading on a GPU (autograder.sandbox.gpu): what a kernel of a ``gpu = true`` assignment sees.
 
 The sandbox tests stand a character device that bubblewrap's fresh ``/dev`` lacks
 (``/dev/kmsg``) in for the NVIDIA device files, so the mechanism is exercised on a
@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder import confine, gpu, sandbox
-from autograder.execute import KernelSession
 from autograder.limits import GiB, Limits
+from autograder.sandbox import gpu
+from autograder.sandbox import isolation as sandbox
+from autograder.sandbox.execute import KernelSession
+from autograder.sandbox.inside import confine
 
 STAND_IN = "/dev/kmsg"  # a device file that bubblewrap's --dev does not create
 
@@ -141,7 +143,7 @@ def test_a_gpu_assignment_kernel_computes_on_the_gpu(run_cell):
 
 
 def test_the_grading_line_says_gpu_kernels_start_from_scratch(monkeypatch):
-    from autograder import forkserver, launcher
+    from autograder.sandbox import forkserver, launcher
 
     monkeypatch.setattr(forkserver, "enabled", lambda: True)
     assert "fork server" in launcher.start_mode() and "from scratch" not in launcher.start_mode()

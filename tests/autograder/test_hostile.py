@@ -11,9 +11,9 @@ import os
 import nbformat
 import pytest
 
-from autograder import report
-from autograder.grade import grade
-from autograder.submissions import make_class, write_submissions
+from autograder.authoring.submissions import make_class, write_submissions
+from autograder.grading.grade import grade
+from autograder.reports import report
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from autograder import oracle, sandbox
+from autograder.grading import oracle
 from autograder.limits import Limits
+from autograder.sandbox import isolation as sandbox
 
 
 def test_the_kernel_environment_names_a_user(tmp_path):

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder import leaderboard
 from autograder.cli import main
-from autograder.course import AssignmentSpec, Course, CourseError
+from autograder.reports import leaderboard
+from autograder.workspace.course import AssignmentSpec, Course, CourseError
 
 NAME = "07-capstone"
 ASSIGNMENTS = Path(__file__).resolve().parents[2] / "assignments"
@@ -26,7 +26,7 @@ RUN = dict(steps=30, batch_size=8, block_size=64, max_lr=1e-2, seed=3, init_seed
 def train(notebook: dict, run: dict, config) -> dict:
     """What the leaderboard's retraining computes, here with the GPT and train_step of
     ``notebook`` (the reference solution's): as a student trains an honest checkpoint."""
-    from autograder.prepare_checkpoint import assignment_cells, run_cells
+    from autograder.authoring.prepare_checkpoint import assignment_cells, run_cells
 
     torch.set_num_threads(1)  # the made submissions' runs do the same (prepare_submission)
     namespace = run_cells(assignment_cells(notebook), "capstone_for_test")

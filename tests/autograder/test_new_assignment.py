@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.course import Course, available_assignments
+from autograder.workspace.course import Course, available_assignments
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent

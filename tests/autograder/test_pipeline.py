@@ -11,10 +11,11 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder import forkserver, report
-from autograder.feedback import waiting_for_a_person
-from autograder.grade import grade
-from autograder.submissions import make_class, write_submissions
+from autograder.authoring.submissions import make_class, write_submissions
+from autograder.grading.grade import grade
+from autograder.reports import report
+from autograder.reports.feedback_page import waiting_for_a_person
+from autograder.sandbox import forkserver
 
 pytestmark = pytest.mark.slow
 
@@ -149,7 +150,7 @@ def test_unreadable_notebooks_score_zero_with_a_reason(graded, student, reason):
 
 
 def test_a_notebook_over_the_size_limit_is_refused_before_it_is_read(tmp_path):
-    from autograder.sanitize import MAX_NOTEBOOK_BYTES, NotGradable, read_submission
+    from autograder.grading.sanitize import MAX_NOTEBOOK_BYTES, NotGradable, read_submission
 
     huge = tmp_path / "tiny.ipynb"
     with huge.open("wb") as f:

@@ -23,12 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from autograder import export, gradebook_url, report
+from autograder.authoring.scaffold import new_assignment
+from autograder.authoring.submissions import make_class, write_submissions
 from autograder.cli import main
-from autograder.course import Course
-from autograder.grade import grade
-from autograder.scaffold import new_assignment
-from autograder.submissions import make_class, write_submissions
+from autograder.grading.grade import grade
+from autograder.reports import export, report
+from autograder.workspace import gradebook_url
+from autograder.workspace.course import Course
 
 pytestmark = pytest.mark.slow
 NAME = "00-tiny"
@@ -195,7 +196,7 @@ def test_dask_workers_grade_but_only_the_grader_writes(pg_course, worker_without
 
 
 def test_student_kernels_never_see_the_gradebook_password(tmp_path, monkeypatch):
-    from autograder.sandbox import kernel_environment
+    from autograder.sandbox.isolation import kernel_environment
 
     monkeypatch.setenv("PGPASSWORD", PASSWORD)
     monkeypatch.setenv("PGPASSFILE", "/srv/secrets/pgpass")

@@ -1,7 +1,7 @@
 """Preparing made submissions in parallel trains each distinct notebook once.
 
 ``write_submissions`` runs an assignment's ``prepare`` script for several submissions at
-a time; :func:`autograder.prepare_checkpoint.prepare_checkpoint` caches checkpoints by
+a time; :func:`autograder.authoring.prepare_checkpoint.prepare_checkpoint` caches checkpoints by
 the cells training uses, and a lock per key makes overlapping runs of one key wait for
 the first instead of training again. Real processes, started together.
 """
@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from autograder.prepare_checkpoint import assignment_cells, cache_key
+from autograder.authoring.prepare_checkpoint import assignment_cells, cache_key
 
 TRAIN_SECONDS = 1.5  # long enough that runs started together overlap
 
 SCRIPT = textwrap.dedent(f"""
     import sys, time
     from pathlib import Path
-    from autograder.prepare_checkpoint import prepare_checkpoint
+    from autograder.authoring.prepare_checkpoint import prepare_checkpoint
 
     def train_and_save(namespace):
         time.sleep({TRAIN_SECONDS})  # "training"
@@ -124,7 +124,7 @@ def _prepare_here(tmp_path, monkeypatch, student, cache, train_and_save=_save_an
                   **options) -> Path:
     """``prepare_checkpoint`` in this process for a notebook with ANSWER = 42, in
     ``tmp_path/<student>``, sharing ``cache``; returns the submission's folder."""
-    from autograder.prepare_checkpoint import prepare_checkpoint
+    from autograder.authoring.prepare_checkpoint import prepare_checkpoint
 
     folder = tmp_path / student
     folder.mkdir()
@@ -139,7 +139,7 @@ def _prepare_here(tmp_path, monkeypatch, student, cache, train_and_save=_save_an
 
 
 def test_a_copy_cut_short_leaves_nothing_to_reuse(tmp_path, monkeypatch):
-    from autograder import prepare_checkpoint as pc
+    from autograder.authoring import prepare_checkpoint as pc
 
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -156,7 +156,7 @@ def test_a_copy_cut_short_leaves_nothing_to_reuse(tmp_path, monkeypatch):
 
 def test_a_cache_that_cannot_be_written_costs_a_training_not_the_checkpoint(
         tmp_path, monkeypatch, capsys):
-    from autograder import prepare_checkpoint as pc
+    from autograder.authoring import prepare_checkpoint as pc
 
     def prepare(student, cache):
         folder = _prepare_here(tmp_path, monkeypatch, student, cache)
@@ -221,13 +221,13 @@ def test_key_follows_the_code_training_reads(tmp_path):
     (library / "data.py").write_text("")
     assert key() != before
     # the real key covers the toolkit and the module that runs the cells
-    from autograder import prepare_checkpoint
+    from autograder.authoring import prepare_checkpoint
     covered = [Path(p).name for p in prepare_checkpoint.TRAINING_CODE]
     assert covered == ["toolkit", "prepare_checkpoint.py"]
 
 
 def test_cache_folder_setting_and_pruning(tmp_path, monkeypatch, capsys):
-    from autograder.prepare_checkpoint import CACHE_MAX_AGE_DAYS, checkpoint_cache_dir
+    from autograder.authoring.prepare_checkpoint import CACHE_MAX_AGE_DAYS, checkpoint_cache_dir
 
     monkeypatch.setenv("AUTOGRADER_CHECKPOINT_CACHE", "off")
     assert checkpoint_cache_dir() is None

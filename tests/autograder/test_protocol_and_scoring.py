@@ -5,10 +5,15 @@ import os
 import pytest
 import torch
 
-from autograder import protocol
-from autograder.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
+from autograder.grading.scoring import score_cells, waiting_on_values
 from autograder.jobs import CheckRecord
-from autograder.scoring import score_cells, waiting_on_values
+from autograder.protocol import trusted as protocol
+from autograder.protocol.checklib import (
+    CheckFailure,
+    assert_close,
+    expect_tensor,
+    expect_value_error,
+)
 
 
 def test_decode_rebuilds_nested_values():
@@ -125,7 +130,7 @@ def test_an_answer_that_returns_its_input_or_a_view_can_be_sent_back():
     aliasing fail, not the transport (safetensors refuses tensors that share memory)."""
     from safetensors.torch import load, save
 
-    from autograder.kernel_side import make_bridge
+    from autograder.protocol.kernel_side import make_bridge
 
     def forgot_to_clone(x):
         return x, x, x[1:], x.view(2, 2)
@@ -145,7 +150,7 @@ def test_an_answer_that_returns_its_input_or_a_view_can_be_sent_back():
 def test_a_missing_parameter_is_explained_from_the_module_side():
     """A student who keeps a weight as a plain tensor (no nn.Parameter) hears that their
     module lacks it, not that the check's tensor is 'unexpected'."""
-    from autograder.kernel_side import load_exercise_state
+    from autograder.protocol.kernel_side import load_exercise_state
 
     class Forgot(torch.nn.Module):
         def __init__(self):
@@ -168,7 +173,7 @@ def test_a_missing_parameter_is_explained_from_the_module_side():
 def test_notes_name_a_cell_by_its_place_and_first_line():
     import nbformat
 
-    from autograder.cell_notes import cell_label
+    from autograder.sandbox.cell_notes import cell_label
 
     cell = nbformat.v4.new_code_cell("# Exercise 2\n%matplotlib inline\n\nout = attention_weights("
                                      "q, k, mask=causal_mask(4), scale=None)\n")
@@ -177,7 +182,7 @@ def test_notes_name_a_cell_by_its_place_and_first_line():
 
 
 def test_a_reason_that_fails_many_checks_is_said_once_per_cell():
-    from autograder.scoring import cell_report_markdown
+    from autograder.grading.scoring import cell_report_markdown
 
     reason = "ForbiddenShortcut: your code called torch.nn.functional.layer_norm (in `LN.forward`)"
     checks = [CheckRecord(id=f"t{i}", module="m", description=f"share {i}", grade_cell="g",
@@ -192,7 +197,7 @@ def test_a_reason_that_fails_many_checks_is_said_once_per_cell():
 
 
 def test_the_same_mistake_on_other_inputs_is_said_once_and_gated_passes_are_labelled():
-    from autograder.scoring import cell_report_markdown
+    from autograder.grading.scoring import cell_report_markdown
 
     def failing(i, message):
         return CheckRecord(id=f"t{i}", module="m", description=f"case {i}", grade_cell="g",
@@ -210,7 +215,7 @@ def test_the_same_mistake_on_other_inputs_is_said_once_and_gated_passes_are_labe
 
 
 def test_messages_read_as_words_not_class_names():
-    from autograder.scoring import readable_message
+    from autograder.grading.scoring import readable_message
 
     assert readable_message("SubmissionError: KeyError: 'w' (line 2: x)") == (
         "your code raised KeyError: 'w' (line 2: x)")
@@ -227,7 +232,7 @@ def test_an_error_names_the_students_function_and_line():
     """The kernel side places an error at the last line of the notebook's own code it went
     through (a cell runs in __main__), with the function's qualified name; never at a
     library's line or the check's own code."""
-    from autograder.kernel_side import make_bridge
+    from autograder.protocol.kernel_side import make_bridge
 
     namespace = {"__name__": "__main__", "torch": torch}
     exec(compile("def causal_mask(t):\n    raise NotImplementedError()\n\n"
@@ -246,7 +251,7 @@ def test_an_error_names_the_students_function_and_line():
 def test_numpy_numbers_are_numbers_and_arrays_are_refused():
     import numpy as np
 
-    from autograder.kernel_side import make_bridge
+    from autograder.protocol.kernel_side import make_bridge
 
     bridge = make_bridge({"count": lambda: np.int64(512), "array": lambda: np.zeros(3)})
     reply, _ = bridge.respond({"kind": "call", "name": "count"}, {})

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from autograder import report
-from autograder.grade import grade
-from autograder.sandbox import bwrap_path
-from autograder.submissions import make_class, write_submissions
+from autograder.authoring.submissions import make_class, write_submissions
+from autograder.grading.grade import grade
+from autograder.reports import report
+from autograder.sandbox.isolation import bwrap_path
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
@@ -213,7 +213,7 @@ def test_a_worker_that_cannot_see_the_course_costs_no_student_anything(tiny_cour
                                                                        dask_cluster_in):
     """A Dask worker on a machine without the grader's files (here: one whose view of the
     course folder is an empty tmpfs) grades nothing and records nothing."""
-    from autograder.course import CourseError
+    from autograder.workspace.course import CourseError
 
     course = tiny_course
     spec = course.spec("00-tiny")
@@ -227,7 +227,7 @@ def test_a_worker_that_cannot_see_the_course_costs_no_student_anything(tiny_cour
 
 
 def test_a_scheduler_that_cannot_be_reached_is_named_and_nothing_is_recorded(tiny_course):
-    from autograder.course import CourseError
+    from autograder.workspace.course import CourseError
 
     course = tiny_course
     spec = course.spec("00-tiny")
@@ -244,7 +244,7 @@ def test_a_scheduler_that_cannot_be_reached_is_named_and_nothing_is_recorded(tin
 def test_a_second_grader_of_the_same_assignment_is_refused_until_the_first_ends(tiny_course):
     import fcntl
 
-    from autograder.course import CourseError
+    from autograder.workspace.course import CourseError
 
     course = tiny_course
     lock_file = course.results_dir("00-tiny") / ".grading.lock"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from autograder import reference_baseline, similarity
-from autograder.course import Course
-from autograder.similarity import REFERENCE, Match
-from autograder.similarity_report import load, run
+from autograder.reports import reference_baseline, similarity
+from autograder.reports.similarity import REFERENCE, Match
+from autograder.reports.similarity_report import load, run
+from autograder.workspace.course import Course
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "similarity"))
 import make_class  # noqa: E402
@@ -132,7 +132,7 @@ def test_the_report_reads_the_independent_solutions_kept_with_the_checks(tmp_pat
     assert result.baseline.per_exercise["decoder_block"] == pytest.approx(max(
         result.baseline.independent[a]["decoder_block"] for a in ("fay", "gus")))
     assert {m.a for m in result.flagged()[1]} == set(OF_REFERENCE)
-    from autograder.similarity_report import as_text
+    from autograder.reports.similarity_report import as_text
 
     text = as_text(result, NAME, len(students), None)
     assert "2 independent solution(s) and the class median" in text
@@ -170,10 +170,10 @@ def test_the_03_solutions_are_correct(efficient):
     import toolkit.gqa as gqa
     import toolkit.linear_attention as linear
     import toolkit.masks as masks
-    from autograder.similarity_report import _code_solution_cells
+    from autograder.reports.similarity import code_solution_cells
 
     released = json.loads(efficient.path("release", EFFICIENT, "efficient.ipynb").read_text())
-    scaffold = _code_solution_cells(released)
+    scaffold = code_solution_cells(released)
     imports = next("".join(c["source"]) for c in released["cells"] if c["cell_type"] == "code")
     for path in sorted((Path(make_class.HERE) / EFFICIENT).glob("*.txt")):
         ns: dict = {}

@@ -2,7 +2,7 @@
 
 import nbformat
 
-from autograder.release_steps import (
+from autograder.workspace.release_steps import (
     CONTINUE_TAG,
     PrepareStudentNotebook,
     enclosing_names,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from autograder.cli import main
-from autograder.course import Course
-from autograder.roster import import_roster
+from autograder.workspace.course import Course
+from autograder.workspace.roster import import_roster
 
 
 @pytest.fixture(scope="module")

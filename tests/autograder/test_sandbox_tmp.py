@@ -1,6 +1,6 @@
 """A Python that lives under /tmp stays visible in the sandbox.
 
-The sandbox replaces /tmp with a fresh, capped one (autograder.sandbox). A virtualenv
+The sandbox replaces /tmp with a fresh, capped one (autograder.sandbox.isolation). A virtualenv
 made under /tmp (a CI runner's, say) used to vanish with it, so every kernel failed to
 start ("bwrap: execvp /tmp/venv/bin/python: No such file or directory") and a whole
 class scored zero. Such a root is bound again, read-only, inside the new /tmp.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import sandbox
+from autograder.sandbox import isolation as sandbox
 
 needs_bwrap = pytest.mark.skipif(sandbox.bwrap_path() is None, reason="needs bubblewrap")
 

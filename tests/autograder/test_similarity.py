@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder import similarity
 from autograder.cli import main
-from autograder.course import Course
-from autograder.similarity_report import _code
+from autograder.reports import similarity
+from autograder.reports.similarity_report import _code
+from autograder.workspace.course import Course
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "similarity"))
 import make_class  # noqa: E402
@@ -79,7 +79,7 @@ def test_independent_solutions_are_not_flagged(attention_class):
     assert all(r["a"] in make_class.PLANTED for r in data["reference"]), data["reference"]
     # Not even close: the honest students who follow the hints (chloe) and the formulas
     # (fay) write much of what the reference writes, yet stay well below the threshold.
-    from autograder.similarity_report import run
+    from autograder.reports.similarity_report import run
 
     result, *_ = run(attention_class, NAME)
     independent = set(make_class.INDEPENDENT)
@@ -93,7 +93,7 @@ def test_independent_solutions_are_not_flagged(attention_class):
 
 
 def similarity_report_load(course):
-    from autograder.similarity_report import load
+    from autograder.reports.similarity_report import load
 
     return load(course, NAME)
 

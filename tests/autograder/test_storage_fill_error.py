@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from autograder import storage
-from autograder.execute import KernelSession
 from autograder.limits import Limits
-from autograder.storage import StorageError, scratch_root
+from autograder.sandbox import storage
+from autograder.sandbox.execute import KernelSession
+from autograder.sandbox.storage import StorageError, scratch_root
 
 pytestmark = pytest.mark.skipif(not storage.can_mount(), reason="sized tmpfs mounts need root")
 

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from autograder.course import AssignmentSpec
-from autograder.student_build import (
+from autograder.student.toolkit_wheel import (
     build_student_toolkit,
     graded_names,
     stage_student_toolkit,
     student_requirements,
     wheel_version,
 )
+from autograder.workspace.course import AssignmentSpec
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 
 Stubbing the graded names is not enough where the toolkit computes an exercise a second
 time (04's tuned kernels beside the teaching kernel): such code is listed in the
-assignment's ``withhold``, and :mod:`autograder.answer_overlap` compares everything left
+assignment's ``withhold``, and :mod:`autograder.student.answer_overlap` compares everything left
 in the staged toolkit with the locked solutions to find what is not listed.
 """
 
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from autograder.answer_overlap import THRESHOLD, answer_overlaps, function_bodies
-from autograder.assignment_spec import AssignmentSpec, CourseError
-from autograder.course import ASSIGNMENTS_DIR, Course
-from autograder.outline import COURSE_FILE
-from autograder.student_build import stage_student_toolkit, stub_source
+from autograder.student.answer_overlap import THRESHOLD, answer_overlaps, function_bodies
+from autograder.student.toolkit_wheel import stage_student_toolkit, stub_source
+from autograder.workspace.assignment_spec import AssignmentSpec, CourseError
+from autograder.workspace.course import ASSIGNMENTS_DIR, Course
+from autograder.workspace.outline import COURSE_FILE
 from toolkit.notebook import unwritten_exercise
 
 

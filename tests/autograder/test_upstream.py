@@ -2,11 +2,11 @@
 
 import nbformat
 
-from autograder.assignment_spec import AssignmentSpec
-from autograder.course import notebook_from_text
+from autograder.grading.scoring import cell_report_markdown, score_cells, upstream_message
+from autograder.grading.upstream import exercise_uses
 from autograder.jobs import CheckRecord
-from autograder.scoring import cell_report_markdown, score_cells, upstream_message
-from autograder.upstream import exercise_uses
+from autograder.workspace.assignment_spec import AssignmentSpec
+from autograder.workspace.course import notebook_from_text
 
 
 def _cell(source, grade_id=None, test=False):
@@ -124,7 +124,7 @@ def test_an_exercise_that_only_reaches_an_earlier_stub_was_attempted():
 
 
 def test_the_item_analysis_counts_failures_that_follow_an_earlier_exercise_apart():
-    from autograder.report import item_analysis
+    from autograder.reports.report import item_analysis
 
     def record(upstream):
         fail = {"exercise": "test_block", "check": "c", "description": "d", "pitfall": "p",
@@ -139,7 +139,7 @@ def test_the_item_analysis_counts_failures_that_follow_an_earlier_exercise_apart
 
 
 def test_the_cases_of_one_parametrised_check_are_one_line_of_the_item_analysis():
-    from autograder.report import as_table
+    from autograder.reports.report import as_table
 
     def record(student, levels):
         fails = [{"exercise": "test_checkpoint", "check": f"test_loss[{p}% of the points]",

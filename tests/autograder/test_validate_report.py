@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from autograder.validate import expectations
+from autograder.authoring.validate import expectations
 
 
 def _record(student, score, failed=(), notes=()):

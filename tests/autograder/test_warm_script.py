@@ -1,6 +1,6 @@
 """A script forked from the warm server runs as ``python script.py ARGS`` would.
 
-:func:`autograder.warm_script.run_script` runs each made submission's ``prepare`` script
+:func:`autograder.authoring.warm_script.run_script` runs each made submission's ``prepare`` script
 in a fork of a server that has imported torch already. The first tests run a real script
 both ways, warm and as a fresh interpreter (``AUTOGRADER_WARM_SCRIPTS=0``), and compare
 what it saw and did; the others check that runs are warm, apart, concurrent, stopped on
@@ -21,9 +21,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from autograder import warm_script
-from autograder.submissions import run_prepare
-from autograder.warm_script import run_script
+from autograder.authoring import warm_script
+from autograder.authoring.submissions import run_prepare
+from autograder.authoring.warm_script import run_script
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
@@ -214,7 +214,7 @@ def test_the_server_refuses_to_fork_with_a_second_thread(tmp_path):
     # Without OMP_NUM_THREADS=1, importing torch leaves an OpenMP thread behind, and
     # forking a process with two threads is unsafe: the server says so instead.
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS",)}
-    done = subprocess.run([sys.executable, "-m", "autograder.warm_script"], input="",
+    done = subprocess.run([sys.executable, "-m", "autograder.authoring.warm_script"], input="",
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     first = json.loads(done.stdout.splitlines()[0])
     if first["ready"]:

@@ -37,8 +37,8 @@ def lab_server_config():
 def workspace(lab_server):
     """The server's root becomes a course workspace; a solved copy waits in solved/, one
     with a mistake in its first exercise in mistaken/."""
-    from autograder.course import Course, notebook_from_text
-    from autograder.submissions import fill_solutions, make_class, released_notebook
+    from autograder.authoring.submissions import fill_solutions, make_class, released_notebook
+    from autograder.workspace.course import Course, notebook_from_text
 
     course = Course(lab_server.root_dir)
     course.init()

@@ -39,14 +39,14 @@ def lab_root_before_start():
 
 @pytest.fixture(scope="module")
 def workspace(lab_server):
-    from autograder.course import Course
+    from autograder.workspace.course import Course
 
     return Course(lab_server.root_dir, lab_server.root_dir.parent / "assignments")
 
 
 def _make_workspace(root):
-    from autograder.course import Course
-    from autograder.scaffold import new_assignment
+    from autograder.authoring.scaffold import new_assignment
+    from autograder.workspace.course import Course
 
     assignments = root.parent / "assignments"
     new_assignment(NAME, assignments, title="Tiny: softmax")
@@ -71,8 +71,8 @@ def _cli(*args) -> str:
 
 
 def _solve(course, path) -> None:
-    from autograder.course import notebook_from_text
-    from autograder.submissions import fill_solutions
+    from autograder.authoring.submissions import fill_solutions
+    from autograder.workspace.course import notebook_from_text
 
     released = nbformat.read(path, as_version=4)
     source = notebook_from_text(course.spec(NAME).source_text("tiny"))

@@ -85,7 +85,7 @@ def _widget_cells(notebook: dict, builders: set[str]) -> list[int]:
 def released(lab_server):
     """The server's root becomes a course workspace with every assignment released;
     returns ``[(assignment, notebook path relative to the root)]``."""
-    from autograder.course import Course
+    from autograder.workspace.course import Course
 
     course = Course(lab_server.root_dir)
     course.init()

@@ -2,7 +2,7 @@
 
 The course workspace lies beside the lab's root, as course-workspace/ lies beside
 course-student/ in a checkout; the root is laid out by
-:func:`autograder.student_lab.prepare_student_folder` and the server started with its
+:func:`autograder.student.lab_wheel.prepare_student_folder` and the server started with its
 ``.lab`` folder on ``JUPYTER_CONFIG_PATH``, as the Makefile does. In headless Chromium:
 the file browser holds the lectures and nothing of the instructor's (no ``source/``,
 gradebook, ``submitted/`` or ``autograded/``); formgrader is off; the Course panel links the
@@ -31,8 +31,8 @@ def lab_server_config():
 @pytest.fixture(scope="module")
 def lab_root_before_start():
     def prepare(root):
-        from autograder.course import Course
-        from autograder.student_lab import prepare_student_folder
+        from autograder.student.lab_wheel import prepare_student_folder
+        from autograder.workspace.course import Course
 
         course = Course(root.parent / "course-workspace")
         course.init()

@@ -47,8 +47,8 @@ def lab_server_config():
 
 @pytest.fixture(scope="module")
 def workspace(lab_server):
-    from autograder.course import Course
-    from autograder.submissions import make_class
+    from autograder.authoring.submissions import make_class
+    from autograder.workspace.course import Course
 
     course = Course(lab_server.root_dir)
     course.init()

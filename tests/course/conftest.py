@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.student_build import build_student_toolkit
+from autograder.student.toolkit_wheel import build_student_toolkit
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -31,7 +31,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder.course import (
+from autograder.workspace.course import (
     ASSIGNMENTS_DIR,
     AssignmentSpec,
     Course,

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from autograder.assignment_spec import AssignmentSpec, notebook_from_text
-from autograder.course import ASSIGNMENTS_DIR, PROJECT_ROOT, available_assignments
+from autograder.workspace.assignment_spec import AssignmentSpec, notebook_from_text
+from autograder.workspace.course import ASSIGNMENTS_DIR, PROJECT_ROOT, available_assignments
 
 README = PROJECT_ROOT / "course" / "README.md"
 

@@ -21,9 +21,9 @@ import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 from nbclient import NotebookClient
 
-from autograder.course import Course
-from autograder.outline import COURSE_FILE, lecture_notebook, load_outline
-from autograder.release_steps import CONTINUE_TAG
+from autograder.workspace.course import Course
+from autograder.workspace.outline import COURSE_FILE, lecture_notebook, load_outline
+from autograder.workspace.release_steps import CONTINUE_TAG
 
 OUTLINE = load_outline(COURSE_FILE)
 LECTURES = list(OUTLINE.lectures)

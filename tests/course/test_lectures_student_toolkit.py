@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from nbclient import NotebookClient
 
-from autograder.outline import COURSE_FILE, lecture_notebook, load_outline
+from autograder.workspace.outline import COURSE_FILE, lecture_notebook, load_outline
 from toolkit.notebook import MARK
 
 pytestmark = pytest.mark.slow

@@ -19,8 +19,8 @@ from pathlib import Path
 import jupytext
 from IPython.core.inputtransformer2 import TransformerManager
 
-from autograder.course import ASSIGNMENTS_DIR, AssignmentSpec, available_assignments
-from autograder.outline import COURSE_FILE, load_outline
+from autograder.workspace.course import ASSIGNMENTS_DIR, AssignmentSpec, available_assignments
+from autograder.workspace.outline import COURSE_FILE, load_outline
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,8 +1,8 @@
 """Written answers (read by a person) are a real share of the course: at least 15% of all
 points, as ``autograder points`` prints it."""
 
-from autograder.cli import grade_cell_points, main
-from autograder.course import ASSIGNMENTS_DIR, available_assignments
+from autograder.cli.commands import grade_cell_points, main
+from autograder.workspace.course import ASSIGNMENTS_DIR, available_assignments
 
 
 def test_points_prints_each_assignment_and_the_written_share(capsys):

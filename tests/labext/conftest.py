@@ -17,7 +17,7 @@ ASSIGNMENT = "01-attention"
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
-    from autograder.course import Course
+    from autograder.workspace.course import Course
 
     course = Course(tmp_path_factory.mktemp("lab") / "workspace")
     course.init()
@@ -28,7 +28,7 @@ def course(tmp_path_factory):
 @pytest.fixture(scope="module")
 def notebooks(course):
     """``{student: notebook}``: reference, stub, every named mutant, tamper-allclose..."""
-    from autograder.submissions import make_class
+    from autograder.authoring.submissions import make_class
 
     students = make_class(course, course.spec(ASSIGNMENT), broken=True)
     return {student: nbs["attention"] for student, nbs in students.items()

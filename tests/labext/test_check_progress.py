@@ -10,7 +10,7 @@ import sys
 import nbformat
 import pytest
 
-from autograder.labext.service import CourseLab
+from autograder.labext.service_side.course_lab import CourseLab
 
 ASSIGNMENT = "01-attention"
 pytestmark = pytest.mark.slow

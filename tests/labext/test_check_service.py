@@ -28,10 +28,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.labext import CheckRefused
-from autograder.labext.check_service import unpack
-from autograder.labext.service import BUSY_RETRY_SECONDS, CourseLab
-from autograder.labext.shared_server import SERVICE_RETRY_SECONDS, CheckService, local_paths, pack
+from autograder.labext.handin import CheckRefused, unpack
+from autograder.labext.service_side.course_lab import BUSY_RETRY_SECONDS, CourseLab
+from autograder.labext.student_side.shared_server import (
+    SERVICE_RETRY_SECONDS,
+    CheckService,
+    local_paths,
+    pack,
+)
 
 ASSIGNMENT = "01-attention"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -202,9 +206,8 @@ def test_a_hand_in_is_the_notebook_and_the_plain_files_beside_it(tmp_path):
 
 def test_the_largest_hand_in_the_grader_takes_fits_the_service(tmp_path):
     # The student side cannot import the grader's limit: the two constants must agree.
-    from autograder.labext.handin import MAX_SIBLING_BYTES
-    from autograder.labext.shared_server import MAX_UPLOAD_BYTES
-    from autograder.sanitize import MAX_NOTEBOOK_BYTES
+    from autograder.grading.sanitize import MAX_NOTEBOOK_BYTES
+    from autograder.labext.handin import MAX_SIBLING_BYTES, MAX_UPLOAD_BYTES
 
     tar_overhead = 2**20  # headers and padding of a tar of a few files
     assert MAX_NOTEBOOK_BYTES + MAX_SIBLING_BYTES + tar_overhead <= MAX_UPLOAD_BYTES
@@ -234,7 +237,7 @@ def test_the_service_refuses_a_hand_in_that_is_not_plain_files(tmp_path, member)
 @pytest.mark.parametrize("path", ["source/01-attention/attention.ipynb", "gradebook.db",
                                   "../etc/passwd", "lectures/../gradebook.db"])
 def test_the_service_hands_out_lectures_and_the_readme_only(course, path):
-    from autograder.labext.check_service import material
+    from autograder.labext.service_side.serve_checks import material
 
     assert material(course, "README.md") == (course.root / "README.md").read_text()
     with pytest.raises(CheckRefused) as refused:
@@ -271,7 +274,7 @@ def test_another_unix_user_who_cannot_read_the_course_gets_a_check(service, cour
     if os.geteuid() != 0 or not shutil.which("setpriv") or python is None:
         pytest.skip("needs root, setpriv and a system python3 to act as another user")
     # The student's side needs the standard library and traitlets: a system Python will do.
-    if _as_nobody(python, "-c", "import autograder.labext.shared_server").returncode:
+    if _as_nobody(python, "-c", "import autograder.labext.student_side.shared_server").returncode:
         pytest.skip(f"user nobody cannot read {PROJECT_ROOT}")
     student = service.parent / "nobody-home"
     student.mkdir()
@@ -279,7 +282,7 @@ def test_another_unix_user_who_cannot_read_the_course_gets_a_check(service, cour
     shutil.chown(student, "nobody")
     script = (
         "import json, pathlib, sys\n"
-        "from autograder.labext import shared_server as s\n"
+        "from autograder.labext.student_side import shared_server as s\n"
         "try:\n"
         "    pathlib.Path(sys.argv[3]).read_bytes(); readable = True\n"
         "except PermissionError:\n"
@@ -323,7 +326,7 @@ def test_the_student_lab_wheel_gives_a_students_jupyterlab_the_panel_and_checks(
     """What a JupyterHub image installs: the student lab wheel in an environment of its
     own. Its JupyterLab finds the prebuilt panel and the server extension, holds no part
     of the grading pipeline, and checks through the service."""
-    from autograder.student_lab import LABEXT, build_student_lab
+    from autograder.student.lab_wheel import LABEXT, build_student_lab
 
     if not (LABEXT / "labextension" / "package.json").is_file():
         pytest.skip("the JupyterLab extension is not built (make builds it with Node.js)")
@@ -338,9 +341,10 @@ def test_the_student_lab_wheel_gives_a_students_jupyterlab_the_panel_and_checks(
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
                     "--no-deps", "--no-index", str(wheel)], check=True)
     probe = subprocess.run([python, "-c", (
-        "import importlib.util, autograder.labext.handlers as h, jupyter_core.paths as p\n"
+        "import importlib.util, jupyter_core.paths as p\n"
+        "import autograder.labext.student_side.handlers as h\n"
         "print(h.__file__)\n"
-        "print(importlib.util.find_spec('autograder.course'))\n"
+        "print(importlib.util.find_spec('autograder.workspace'))\n"
         "print(any(__import__('os').path.isfile(d + '/transformers-course-lab/package.json')"
         " for d in p.jupyter_path('labextensions')))\n")],
         capture_output=True, text=True, cwd=tmp_path)

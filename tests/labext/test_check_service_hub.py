@@ -21,8 +21,8 @@ import urllib.request
 import nbformat
 import pytest
 
-from autograder.labext import CheckRefused
-from autograder.labext.shared_server import CheckService, pack, request
+from autograder.labext.handin import CheckRefused
+from autograder.labext.student_side.shared_server import CheckService, pack, request
 
 pytest.importorskip("jupyterhub")
 pytestmark = pytest.mark.slow

@@ -15,8 +15,8 @@ import nbformat
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from autograder.labext.feedback import _FORMULA
-from autograder.submissions import TAMPER_PATCH
+from autograder.authoring.submissions import TAMPER_PATCH
+from autograder.labext.service_side.visibility import _FORMULA
 
 ASSIGNMENT = "01-attention"
 
@@ -254,7 +254,7 @@ def _pool_helpers() -> dict[str, int]:
     """``{"zygote": pid, "oracle": pid}`` among the check workers' descendants."""
     import psutil
 
-    from autograder.labext import service
+    from autograder.labext.service_side import course_lab as service
 
     found, zygotes = {}, set()
     for worker in list(getattr(service._POOL, "_processes", {}).values()):
@@ -272,7 +272,7 @@ def _pool_helpers() -> dict[str, int]:
                     continue  # a kernel the zygote forked (it keeps the zygote's command)
                 zygotes.add(process.pid)
                 found["zygote"] = process.pid
-            elif "autograder.oracle" in command:
+            elif "autograder.grading.oracle" in command:
                 found["oracle"] = process.pid
     return found
 
@@ -282,8 +282,8 @@ async def test_opening_the_panel_starts_what_the_first_check_uses(check, save, n
     """The Course panel's first request starts the sandbox's fork server and the mistake
     oracle in a check worker, so the first check does not wait for them: that check is
     answered by the very processes started early."""
-    from autograder import forkserver
-    from autograder.labext import service
+    from autograder.labext.service_side import course_lab as service
+    from autograder.sandbox import forkserver
 
     # Without a fork server (a grader that cannot mount) kernels start from scratch, and
     # only the oracle can be started early.

@@ -7,15 +7,15 @@ import re
 
 import pytest
 
-from autograder.course import PROJECT_ROOT, Course, CourseError, available_assignments
-from autograder.labext.feedback import (
+from autograder.labext.service_side.visibility import (
     check_names,
     restrict,
     scrub,
     student_message,
     student_view,
 )
-from autograder.outline import COURSE_FILE, load_outline
+from autograder.workspace.course import PROJECT_ROOT, Course, CourseError, available_assignments
+from autograder.workspace.outline import COURSE_FILE, load_outline
 
 
 def test_course_toml_lists_only_what_exists_and_every_assignment():
@@ -205,7 +205,7 @@ def test_a_failing_callee_is_named_first_when_names_may_be_shown():
 
 
 def test_exercise_titles_name_every_exercise_a_test_cell_checks():
-    from autograder.labext.catalog import exercise_title
+    from autograder.labext.service_side.catalog import exercise_title
 
     assert exercise_title(["Exercise 1a: attention weights",
                            "Exercise 1b: scaled dot-product attention"]) == (

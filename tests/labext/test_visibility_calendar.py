@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from autograder.course import CourseError
-from autograder.outline import load_outline
+from autograder.workspace.course import CourseError
+from autograder.workspace.outline import load_outline
 
 ASSIGNMENT = "01-attention"
 PAST, FUTURE = "2001-01-01T09:00:00", "2999-01-01T09:00:00"
@@ -85,7 +85,7 @@ def test_settings_that_cannot_take_effect_are_refused(tmp_path, entry, complaint
 
 
 def test_feedback_waits_for_the_calendar(tmp_path):
-    from autograder.visibility_calendar import feedback_hold
+    from autograder.workspace.visibility_calendar import feedback_hold
 
     outline = _outline(tmp_path, f'''visibility = "names"
 assignments = [

@@ -1,4 +1,5 @@
-"""What the student build of the toolkit does to assignment 05's classes while 05 is open."""
+"""Fixtures of the toolkit tests: assignment 05's classes stubbed as the student build
+stubs them while 05 is open, and the widgets' display modes."""
 
 from __future__ import annotations
 
@@ -31,3 +32,20 @@ def blocks_stubbed(monkeypatch):
     for cls in (LayerNorm, PostLNBlock, PreLNBlock):
         monkeypatch.setattr(cls, "__init__", stubbed)
     return OwnBlock
+
+
+# -- widgets (the helpers that are not fixtures: widget_testing.py) ---------------------------
+@pytest.fixture
+def interactive(monkeypatch):
+    """Widgets draw as they would in a notebook (no headless switch)."""
+    from toolkit.widgets.display import HEADLESS_ENV
+
+    monkeypatch.delenv(HEADLESS_ENV, raising=False)
+
+
+@pytest.fixture
+def headless(monkeypatch):
+    """Widgets draw nothing interactive (``TOOLKIT_HEADLESS=1``, as in the tests of notebooks)."""
+    from toolkit.widgets.display import HEADLESS_ENV
+
+    monkeypatch.setenv(HEADLESS_ENV, "1")

@@ -1,4 +1,4 @@
-"""House rules a reader relies on: short modules, one name per hyper-parameter.
+"""House rules a reader relies on: one concept per module, one name per hyper-parameter.
 
 See CONTRIBUTING.md ("Layout", "Naming rule"). Read as source, never imported.
 """
@@ -9,10 +9,14 @@ import io
 import tokenize
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
-MAX_LINES = 350
+#: A module longer than this is read twice before it is kept whole.
+LONG = 500
+#: The modules over LONG lines, each with the one-line reason it is one concept.
+LONG_MODULES: dict[str, str] = {
+    "autograder/reports/leaderboard.py": "one command: rank on held-out text, retrain the top "
+    "entries, draw the page; all three share its evaluation of a checkpoint",
+}
 #: Names the naming rule replaces, and what to write instead.
 RETIRED = {
     "n_head": "n_heads", "n_layer": "n_layers", "n_kv_head": "n_kv_heads",
@@ -28,15 +32,21 @@ SOURCES = sorted(
 )
 
 
-@pytest.mark.parametrize(
-    "path", sorted([*ROOT.glob("toolkit/**/*.py"), *ROOT.glob("autograder/**/*.py")]),
-    ids=lambda p: str(p.relative_to(ROOT)))
-def test_modules_stay_short(path):
-    n = len(path.read_text().splitlines())
-    assert n <= MAX_LINES, (
-        f"{path.relative_to(ROOT)} has {n} lines (at most {MAX_LINES}): split it into a "
-        "package of sections that re-exports its public names (see CONTRIBUTING.md)"
-    )
+def test_a_long_module_says_why_it_is_one_concept():
+    """One concept per module, however long: a module is not cut to fit a line count, and
+    one that grows past LONG lines says, in LONG_MODULES, why it is still one concept
+    (else: split it by concept, e.g. into a package of sections; see CONTRIBUTING.md)."""
+    paths = [*ROOT.glob("toolkit/**/*.py"), *ROOT.glob("autograder/**/*.py"),
+             *ROOT.glob("benchmarks/*.py")]
+    long = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in paths
+            if "node_modules" not in p.parts}
+    long = {path: n for path, n in long.items() if n > LONG}
+    unexplained = [f"{path} ({n} lines)" for path, n in sorted(long.items())
+                   if not LONG_MODULES.get(path, "").strip()]
+    assert not unexplained, (
+        f"modules over {LONG} lines with no reason in LONG_MODULES: {unexplained}")
+    stale = sorted(set(LONG_MODULES) - set(long))
+    assert not stale, f"no longer over {LONG} lines (drop them from LONG_MODULES): {stale}"
 
 
 def test_one_name_per_hyper_parameter():

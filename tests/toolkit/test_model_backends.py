@@ -14,13 +14,11 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first `import triton`
 
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 from dataclasses import replace  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from triton_harness import run_file_in_fresh_process  # noqa: E402
 
 from toolkit.kernels import HAS_TRITON, interpreter_active  # noqa: E402
 from toolkit.models import GPT, GPTConfig  # noqa: E402
@@ -28,7 +26,6 @@ from toolkit.models.attention import CausalSelfAttention  # noqa: E402
 from toolkit.models.backends import causal_attention, resolve_backend  # noqa: E402
 from toolkit.models.fast_attention import FastCausalSelfAttention  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 COMPILED = HAS_TRITON and torch.cuda.is_available() and not interpreter_active()
 TRITON_RUNS = HAS_TRITON and (interpreter_active() or COMPILED)
 DEVICE = "cuda" if COMPILED else "cpu"
@@ -49,14 +46,7 @@ CONFIGS = {
 @pytest.mark.skipif(TRITON_RUNS or not HAS_TRITON or bool(os.environ.get(_CHILD)),
                     reason="the Triton cases ran in-process (or there is no Triton)")
 def test_triton_cases_in_a_fresh_process():
-    env = {**os.environ, "TRITON_INTERPRET": "1", _CHILD: "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", str(Path(__file__).resolve()), "-q", "-k", "triton",
-         "-p", "no:cacheprovider"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout
+    run_file_in_fresh_process(__file__, _CHILD, "-k", "triton", timeout=600)
 
 
 def twin(config: GPTConfig, backend: str, seed: int = 0) -> GPT:

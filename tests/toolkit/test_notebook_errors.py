@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import nbformat
 from nbclient import NotebookClient
 
-from autograder.release_steps import stub_message as notebook_stub
-from autograder.student_build import stub_message as toolkit_stub
-from autograder.student_build import withheld_message
+from autograder.student.toolkit_wheel import stub_message as toolkit_stub
+from autograder.student.toolkit_wheel import withheld_message
+from autograder.workspace.release_steps import stub_message as notebook_stub
 from toolkit.notebook import _defined_names, unwritten_exercise
 
 #: What the student toolkit's `causal_mask` raises while 01-attention is locked.

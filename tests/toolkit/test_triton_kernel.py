@@ -21,12 +21,10 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first `import triton`
 
 import math  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from triton_harness import run_file_in_fresh_process  # noqa: E402
 
 from toolkit.flash import flash_attention_forward  # noqa: E402
 from toolkit.kernels import flash_tuned  # noqa: E402
@@ -50,15 +48,7 @@ _CHILD = "TOOLKIT_TRITON_TEST_CHILD"
 
 @pytest.mark.skipif(RUNNABLE or bool(os.environ.get(_CHILD)), reason="kernel tests ran in-process")
 def test_kernel_tests_in_a_fresh_process():
-    env = {**os.environ, "TRITON_INTERPRET": "1", _CHILD: "1"}
-    root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", str(Path(__file__).resolve()), "-q", "-p",
-         "no:cacheprovider"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout
+    run_file_in_fresh_process(__file__, _CHILD)
 
 
 @pytest.mark.skipif(not os.environ.get(_CHILD), reason="only in the fresh process")

@@ -13,13 +13,10 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first `import triton`
 
 import math  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import textwrap  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from triton_harness import run_file_in_fresh_process, run_without_triton  # noqa: E402
 
 from toolkit.flash import flash_attention_forward  # noqa: E402
 from toolkit.kernels import runtime  # noqa: E402
@@ -30,19 +27,11 @@ from toolkit.kernels.flash_teaching import (  # noqa: E402
 )
 from toolkit.kernels.runtime import HAS_TRITON  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def test_imports_and_refuses_to_run_without_triton():
     # A process in which `import triton` fails: the module (and its top-level
     # @triton.jit kernel) must still import, and launching must say what is missing.
-    code = textwrap.dedent("""
-        import sys
-        class Block:
-            def find_spec(self, name, path=None, target=None):
-                if name == "triton" or name.startswith("triton."):
-                    raise ImportError("no triton here")
-        sys.meta_path.insert(0, Block())
+    printed = run_without_triton("""
         import torch
         from toolkit.kernels import flash_teaching as ft
         assert not ft.HAS_TRITON
@@ -53,9 +42,7 @@ def test_imports_and_refuses_to_run_without_triton():
             assert "not installed" in str(exc), exc
             print("ok")
     """)
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+    assert printed.strip() == "ok"
 
 
 if not HAS_TRITON:
@@ -75,14 +62,7 @@ _CHILD = "TOOLKIT_TRITON_TEACHING_TEST_CHILD"
 
 @pytest.mark.skipif(RUNNABLE or bool(os.environ.get(_CHILD)), reason="kernel tests ran in-process")
 def test_kernel_tests_in_a_fresh_process():
-    env = {**os.environ, "TRITON_INTERPRET": "1", _CHILD: "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", str(Path(__file__).resolve()), "-q", "-p",
-         "no:cacheprovider"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout
+    run_file_in_fresh_process(__file__, _CHILD)
 
 
 def rand(*shape, seed=0, dtype=torch.float32):

@@ -9,30 +9,11 @@ matplotlib.use("Agg")
 import ipywidgets as w  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+from widget_testing import PNG_MAGIC  # noqa: E402
+from widget_testing import render as _render  # noqa: E402
 
 from toolkit.widgets import attention as A  # noqa: E402
 from toolkit.widgets import display as D  # noqa: E402
-
-PNG_MAGIC = b"\x89PNG"
-
-
-@pytest.fixture
-def interactive(monkeypatch):
-    monkeypatch.delenv(D.HEADLESS_ENV, raising=False)
-
-
-@pytest.fixture
-def headless(monkeypatch):
-    monkeypatch.setenv(D.HEADLESS_ENV, "1")
-
-
-def _render(fig: Figure) -> bytes:
-    assert isinstance(fig, Figure)
-    png = D.figure_to_png(fig, dpi=40)
-    assert png.startswith(PNG_MAGIC)
-    return png
-
 
 # ---------------------------------------------------------------------------
 # Pure plotting functions

@@ -11,7 +11,9 @@ matplotlib.use("Agg")
 import ipywidgets as w  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+from widget_testing import image_bytes as _image  # noqa: E402
+from widget_testing import render  # noqa: E402
+from widget_testing import walk as _walk  # noqa: E402
 
 from toolkit.gqa import kv_cache_bytes  # noqa: E402
 from toolkit.moe import apply_capacity, load_balancing_loss, top_k_gating  # noqa: E402
@@ -23,35 +25,10 @@ from toolkit.widgets.beyond import moe as M  # noqa: E402
 from toolkit.widgets.beyond import rwkv as R  # noqa: E402
 from toolkit.widgets.beyond import selectivity as SE  # noqa: E402
 from toolkit.widgets.beyond import ssm as S  # noqa: E402
-from toolkit.widgets.display import HEADLESS_ENV, figure_to_png  # noqa: E402
+from toolkit.widgets.display import HEADLESS_ENV  # noqa: E402
 
 BUILDERS = [M.router_load_explorer, S.ssm_kernel_explorer, R.rwkv_decay_explorer,
             DC.decoding_cost_explorer, SE.mamba_selectivity_explorer, GA.gau_explorer]
-
-
-@pytest.fixture
-def interactive(monkeypatch):
-    monkeypatch.delenv(HEADLESS_ENV, raising=False)
-
-
-def render(fig):
-    assert isinstance(fig, Figure)
-    assert figure_to_png(fig, dpi=30).startswith(b"\x89PNG")
-
-
-def _walk(widget):
-    yield widget
-    for child in getattr(widget, "children", ()):
-        yield from _walk(child)
-
-
-def _image(widget) -> bytes:
-    (image,) = [c for c in _walk(widget) if isinstance(c, w.Image)]
-    return bytes(image.value)
-
-
-def _control(widget, description):
-    return next(c for c in _walk(widget) if getattr(c, "description", None) == description)
 
 
 def test_balancing_loss_prevents_collapse():

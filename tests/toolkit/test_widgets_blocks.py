@@ -9,46 +9,18 @@ matplotlib.use("Agg")
 import ipywidgets as w  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+from widget_testing import PNG_MAGIC  # noqa: E402
+from widget_testing import control as _control  # noqa: E402
+from widget_testing import image_widget as _image  # noqa: E402
+from widget_testing import render as _render  # noqa: E402
+from widget_testing import walk as _walk  # noqa: E402
 
 from toolkit.ffn import GatedFeedForward  # noqa: E402
 from toolkit.mlm import MASK_ID, WordVocab, mask_tokens  # noqa: E402
 from toolkit.residual import PreLNBlock  # noqa: E402
 from toolkit.widgets import blocks as K  # noqa: E402
-from toolkit.widgets.display import HEADLESS_ENV, figure_to_png  # noqa: E402
 
-PNG_MAGIC = b"\x89PNG"
 VOCAB = WordVocab.from_text("def f ( x ) : return x + 1 if x else 0 " * 3, 1)
-
-
-@pytest.fixture
-def interactive(monkeypatch):
-    monkeypatch.delenv(HEADLESS_ENV, raising=False)
-
-
-@pytest.fixture
-def headless(monkeypatch):
-    monkeypatch.setenv(HEADLESS_ENV, "1")
-
-
-def _render(fig: Figure) -> None:
-    assert isinstance(fig, Figure)
-    assert figure_to_png(fig, dpi=30).startswith(PNG_MAGIC)
-
-
-def _walk(widget):
-    yield widget
-    for child in getattr(widget, "children", ()):
-        yield from _walk(child)
-
-
-def _image(widget) -> w.Image:
-    (image,) = [c for c in _walk(widget) if isinstance(c, w.Image)]
-    return image
-
-
-def _control(widget, description):
-    return next(c for c in _walk(widget) if getattr(c, "description", None) == description)
 
 
 # ---------------------------------------------------------------- layers and gates

@@ -9,25 +9,15 @@ matplotlib.use("Agg")
 import ipywidgets as w  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+from widget_testing import render  # noqa: E402
 
 from toolkit.masks import mask_cell_count  # noqa: E402
 from toolkit.widgets import efficient as E  # noqa: E402
-from toolkit.widgets.display import HEADLESS_ENV, figure_to_png  # noqa: E402
+from toolkit.widgets.display import HEADLESS_ENV  # noqa: E402
 
 BUILDERS = [E.mask_gallery, E.kv_cache_calculator, E.online_softmax_stepper,
             E.attention_memory_explorer, E.linear_attention_explorer, E.mla_explorer,
             E.differential_explorer]
-
-
-@pytest.fixture
-def interactive(monkeypatch):
-    monkeypatch.delenv(HEADLESS_ENV, raising=False)
-
-
-def render(fig):
-    assert isinstance(fig, Figure)
-    assert figure_to_png(fig, dpi=30).startswith(b"\x89PNG")
 
 
 def test_plots_render_headless():

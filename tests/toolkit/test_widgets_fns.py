@@ -31,7 +31,7 @@ import toolkit.residual  # noqa: E402
 import toolkit.rwkv  # noqa: E402
 import toolkit.seq2seq  # noqa: E402
 import toolkit.ssm  # noqa: E402
-from autograder.release_steps import stub_message  # noqa: E402
+from autograder.workspace.release_steps import stub_message  # noqa: E402
 from toolkit.data import ByteTokenizer  # noqa: E402
 from toolkit.models import GPT, GPTConfig  # noqa: E402
 from toolkit.widgets import attention as A  # noqa: E402

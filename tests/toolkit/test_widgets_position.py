@@ -12,10 +12,10 @@ from matplotlib.figure import Figure  # noqa: E402
 
 pytest.importorskip("ipywidgets")
 
+from widget_testing import PNG_MAGIC, render  # noqa: E402
+
 from toolkit.widgets import display as D  # noqa: E402
 from toolkit.widgets import position as W  # noqa: E402
-
-PNG_MAGIC = b"\x89PNG"
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -28,9 +28,8 @@ def _one_torch_thread():
 
 
 def _render(fig) -> bytes:
-    assert isinstance(fig, Figure)
-    png = D.figure_to_png(fig, dpi=40, tight=True)
-    assert png.startswith(PNG_MAGIC) and len(png) > 1000
+    png = render(fig, tight=True)
+    assert len(png) > 1000
     return png
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
 from toolkit.attention import attention_weights, scaled_dot_product_attention
 from toolkit.masks import causal_mask, combine_masks, mask_to_additive, padding_mask
 

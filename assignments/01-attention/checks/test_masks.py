@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_equal, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_equal, expect_tensor
 from toolkit.masks import causal_mask, combine_masks, padding_mask
 
 pytestmark = pytest.mark.grade_cell("test_masks")

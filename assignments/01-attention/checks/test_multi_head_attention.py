@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor
 from toolkit.attention import MultiHeadAttention, merge_heads, split_heads
 from toolkit.masks import causal_mask, padding_mask
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_value_error
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_value_error
 from toolkit.position import alibi_bias, alibi_bias_key_only
 
 pytestmark = pytest.mark.grade_cell("test_alibi_bias")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
 from toolkit.position import alibi_slopes, geometric_slopes
 
 pytestmark = pytest.mark.grade_cell("test_alibi_slopes")

@@ -16,7 +16,7 @@ import math
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
 from toolkit.position import (
     apply_rope,
     longrope_attention_factor,

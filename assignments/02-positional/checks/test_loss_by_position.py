@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
 from toolkit.long_context import loss_by_position, position_model
 
 pytestmark = pytest.mark.grade_cell("test_loss_by_position")

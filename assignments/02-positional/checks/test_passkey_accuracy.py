@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from autograder.checklib import CheckFailure, expect_value_error
+from autograder.protocol.checklib import CheckFailure, expect_value_error
 from toolkit.long_context import passkey_accuracy
 
 pytestmark = pytest.mark.grade_cell("test_passkey_accuracy")

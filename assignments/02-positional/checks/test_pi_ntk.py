@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
 from toolkit.position import ntk_base, rope_inv_freq, rope_inv_freq_linear, rope_inv_freq_ntk
 
 pytestmark = pytest.mark.grade_cell("test_pi_ntk")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
 from toolkit.position import apply_rope, rope_cos_sin, rope_inv_freq, rotate_half
 
 pytestmark = pytest.mark.grade_cell("test_rope")

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
 from toolkit.long_context import EXTENSIONS, rope_extension
 
 pytestmark = pytest.mark.grade_cell("test_rope_extension")

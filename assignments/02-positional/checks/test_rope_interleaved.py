@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
 from toolkit.position import (
     apply_rope,
     interleaved_to_half_permutation,

@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
 from toolkit.position import rope_inv_freq, yarn_band_ratios, yarn_inv_freq_and_temperature
 
 pytestmark = pytest.mark.grade_cell("test_yarn")

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
 from toolkit.attention import attention_weights
 from toolkit.differential import DifferentialAttention, differential_attention, lambda_init_fn
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_equal, expect_tensor, expect_value_error
+from autograder.protocol.checklib import CheckFailure, assert_equal, expect_tensor, expect_value_error
 from toolkit.masks import band_mask, dilated_mask, global_token_mask, sliding_window_mask
 
 pytestmark = pytest.mark.grade_cell("test_global_tokens")

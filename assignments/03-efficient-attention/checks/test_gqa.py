@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor
 from toolkit.gqa import GroupedQueryAttention, repeat_kv
 from toolkit.masks import padding_mask
 from toolkit.position import apply_rope

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from autograder.checklib import CheckFailure
+from autograder.protocol.checklib import CheckFailure
 from toolkit.gqa import kv_cache_bytes
 
 pytestmark = pytest.mark.grade_cell("test_kv_cache_bytes")

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor
 from toolkit.mla import MultiHeadLatentAttention, mla_cache_bytes
 
 pytestmark = pytest.mark.grade_cell("test_mla")

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, dense_attention, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_close, dense_attention, expect_tensor
 from toolkit.flash import flash_attention_backward
 
 pytestmark = pytest.mark.grade_cell("test_flash_forward")

@@ -20,7 +20,7 @@ import math
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor
 from toolkit.flash import flash_attention_forward
 
 pytestmark = pytest.mark.grade_cell("test_triton_backward")

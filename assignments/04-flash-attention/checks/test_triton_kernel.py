@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, dense_attention, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_close, dense_attention, expect_tensor
 
 pytestmark = pytest.mark.grade_cell("test_triton_kernel")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor
 
 pytestmark = pytest.mark.grade_cell("test_bert_classifier")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
-from autograder.protocol import ForbiddenShortcut, SubmissionError
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
+from autograder.protocol.trusted import ForbiddenShortcut, SubmissionError
 from toolkit.bert import BertEmbeddings
 
 pytestmark = pytest.mark.grade_cell("test_bert_embeddings")

@@ -27,14 +27,17 @@ vocabulary, ``max_seq_len`` of at least the 63 positions of a pair and at most
 
 from __future__ import annotations
 
-import json
 from functools import cache
 
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure
-from autograder.protocol import SubmissionError
+from autograder.protocol.checklib import CheckFailure
+from autograder.protocol.checkpoints import (
+    check_loaded_checkpoint,
+    checkpoint_loader,
+    once_per_submission,
+)
 from toolkit.pretrain import evaluation_batch, load_mlm_corpus, masked_accuracy, unigram_accuracy
 
 pytestmark = pytest.mark.grade_cell("test_checkpoint")
@@ -44,46 +47,16 @@ IMPLAUSIBLE_ACCURACY = 0.60
 MAX_PARAMETERS = 4_000_000
 STEPS = 10
 
-# Runs in the student's kernel, in their working directory. Returns the file's config,
-# then, if it is acceptable, the logits at the selected positions.
-RUN = """
-import json as _json
-import os as _os
-
-import torch as _torch
-from safetensors import safe_open as _safe_open
-from toolkit.bert import BertConfig as _BertConfig
-
-_path = _os.path.join(_os.getcwd(), "mlm.safetensors")
-if not _os.path.isfile(_path):
-    raise FileNotFoundError("mlm.safetensors was not handed in next to the notebook: run the "
-                            "training section, which saves it, and submit the file too")
-with _safe_open(_path, framework="pt", device="cpu") as _f:
-    _meta = _f.metadata() or {}
-    if "bert_config" not in _meta:
-        raise ValueError("mlm.safetensors has no bert_config metadata: save it with "
-                         "toolkit.pretrain.save_bert(model, path)")
-    _config = _BertConfig.from_dict(_json.loads(_meta["bert_config"]))
-    _names = list(_f.keys())
-    _n_stored = sum(int(_torch.Size(_f.get_slice(_n).get_shape()).numel()) for _n in _names)
-    _ok = (_config.vocab_size == inputs["vocab_size"]
-           and _config.max_seq_len >= inputs["input_ids"].size(1)
-           and _n_stored <= inputs["max_parameters"])
-    _state = {_n: _f.get_tensor(_n) for _n in _names} if _ok else None
-result = {"config": _json.dumps(_config.to_dict()), "stored": _n_stored}
-if _ok:
-    _model = TinyBert(_config).float()
-    _missing, _unexpected = _model.load_state_dict(_state, strict=False)
-    result["missing"], result["unexpected"] = list(_missing), list(_unexpected)
-    if not _unexpected and set(_missing) <= {"mlm_head.decoder.weight"}:
-        _model.eval()
-        with _torch.no_grad():
-            _hidden = _model(inputs["input_ids"], inputs["token_type_ids"],
-                             inputs["attention_mask"])
-            result["logits"] = _model.mlm_head(_hidden[inputs["selected"]]).float()
+# Runs in the student's kernel: loads the checkpoint into the student's TinyBert, then
+# returns the MLM logits at the selected positions.
+RUN = checkpoint_loader("mlm.safetensors", "bert_config", "toolkit.bert.BertConfig", "TinyBert",
+                        "toolkit.pretrain.save_bert(model, path)",
+                        missing_ok=("mlm_head.decoder.weight",)) + """
+if _model is not None:
+    with _torch.no_grad():
+        _hidden = _model(inputs["input_ids"], inputs["token_type_ids"], inputs["attention_mask"])
+        result["logits"] = _model.mlm_head(_hidden[inputs["selected"]]).float()
 """
-
-_CACHE: dict = {}
 
 
 @cache
@@ -100,45 +73,21 @@ def levels() -> list[float]:
     return [baseline + (i / STEPS) * (TARGET_ACCURACY - baseline) for i in range(1, STEPS + 1)]
 
 
+@once_per_submission
 def evaluate(submission) -> float:
-    """The checkpoint's masked-word accuracy, or CheckFailure saying why it earns nothing.
-
-    Computed once per submission and shared by the ten scoring checks."""
-    if _CACHE.get("submission") is not submission:
-        try:
-            outcome = _evaluate(submission)
-        except (CheckFailure, SubmissionError) as exc:
-            outcome = exc
-        _CACHE.clear()
-        _CACHE.update(submission=submission, outcome=outcome)
-    outcome = _CACHE["outcome"]
-    if isinstance(outcome, Exception):
-        raise CheckFailure(str(outcome))
-    return outcome
-
-
-def _evaluate(submission) -> float:
+    """The checkpoint's masked-word accuracy, or CheckFailure saying why it earns nothing."""
     batch, _, vocab_size = evaluation()
     selected = batch["labels"] != -100
     got = submission.run(RUN, input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
                          attention_mask=batch["attention_mask"], selected=selected,
-                         vocab_size=vocab_size, max_parameters=MAX_PARAMETERS, timeout=180)
-    if not isinstance(got, dict) or "config" not in got:
-        raise CheckFailure("could not load your checkpoint")
-    config = json.loads(got["config"])
-    if config.get("vocab_size") != vocab_size:
-        raise CheckFailure(f"the checkpoint has vocab_size {config.get('vocab_size')}; the course "
-                           f"vocabulary (load_mlm_corpus().vocab) has {vocab_size}")
-    if config.get("max_seq_len", 0) < batch["input_ids"].size(1):
-        raise CheckFailure(f"the checkpoint has max_seq_len {config.get('max_seq_len')}; the "
-                           f"validation pairs have {batch['input_ids'].size(1)} positions")
-    if got.get("stored", 0) > MAX_PARAMETERS:
-        raise CheckFailure(f"the checkpoint holds {got['stored']:,} parameters; the limit is "
-                           f"{MAX_PARAMETERS:,} (the grader evaluates it on a CPU)")
-    missing, unexpected = got.get("missing", ()), got.get("unexpected", ())
-    if unexpected or set(missing) - {"mlm_head.decoder.weight"}:
-        raise CheckFailure(f"the checkpoint does not fit your TinyBert: missing "
-                           f"{sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
+                         vocab_size=vocab_size, min_seq_len=batch["input_ids"].size(1),
+                         max_parameters=MAX_PARAMETERS, timeout=180)
+    check_loaded_checkpoint(
+        got, vocab_size=vocab_size, min_seq_len=batch["input_ids"].size(1),
+        max_parameters=MAX_PARAMETERS, model_class="TinyBert",
+        missing_ok=("mlm_head.decoder.weight",),
+        vocab_note=f"the course vocabulary (load_mlm_corpus().vocab) has {vocab_size}",
+        seq_note=f"the validation pairs have {batch['input_ids'].size(1)} positions")
     logits = got.get("logits")
     shape = (int(selected.sum()), vocab_size)
     if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != shape:

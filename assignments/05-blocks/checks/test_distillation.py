@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor, expect_value_error
 from toolkit.distill import distillation_loss, hidden_cosine_loss, soft_target_loss
 
 pytestmark = pytest.mark.grade_cell("test_distillation")

@@ -16,7 +16,7 @@ import math
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, expect_value_error
+from autograder.protocol.checklib import CheckFailure, expect_value_error
 
 pytestmark = pytest.mark.grade_cell("test_document_nsp_pairs")
 

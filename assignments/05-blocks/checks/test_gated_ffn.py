@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.checklib import CheckFailure, assert_close, assert_equal, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_close, assert_equal, expect_tensor
 from toolkit.ffn import GEGLU, GLU, GatedFeedForward, ReGLU, SwiGLU, swiglu_hidden_dim
 
 pytestmark = pytest.mark.grade_cell("test_gated_ffn")

@@ -16,7 +16,7 @@ import math
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, expect_tensor
+from autograder.protocol.checklib import CheckFailure, expect_tensor
 
 pytestmark = pytest.mark.grade_cell("test_mask_tokens")
 

@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure
+from autograder.protocol.checklib import CheckFailure
 
 pytestmark = pytest.mark.grade_cell("test_masked_lm_dataset")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor
-from autograder.protocol import SubmissionError
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.protocol.trusted import SubmissionError
 from toolkit.norm import LayerNorm, RMSNorm
 from toolkit.residual import EncoderStack, PostLNBlock, PreLNBlock
 

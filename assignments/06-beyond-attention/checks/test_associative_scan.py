@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor
 from toolkit.ssm.selective import associative_scan
 
 pytestmark = pytest.mark.grade_cell("test_associative_scan")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close
+from autograder.protocol.checklib import CheckFailure, assert_close
 from toolkit.ssm.lti import discretize_zoh, discretize_zoh_matrix
 
 pytestmark = pytest.mark.grade_cell("test_discretize_zoh")

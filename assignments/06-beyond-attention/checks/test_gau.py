@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor
 from toolkit.gau import GatedAttentionUnit
 
 pytestmark = pytest.mark.grade_cell("test_gau")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor
 from toolkit.moe.routing import load_balancing_loss
 
 pytestmark = pytest.mark.grade_cell("test_load_balancing_loss")

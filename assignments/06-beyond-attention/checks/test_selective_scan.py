@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor
 from toolkit.ssm.selective import selective_scan, selective_scan_parallel
 
 pytestmark = pytest.mark.grade_cell("test_selective_scan")

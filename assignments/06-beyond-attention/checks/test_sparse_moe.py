@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from autograder.checklib import CheckFailure, assert_close, assert_equal, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_close, assert_equal, expect_tensor
 from toolkit.moe import SparseMoE, apply_capacity, naive_dispatch, top_k_gating
 
 pytestmark = pytest.mark.grade_cell("test_sparse_moe")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor
 from toolkit.ssm.duality import semiseparable_mask, ssd_recurrent
 
 pytestmark = pytest.mark.grade_cell("test_ssd_attention")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close
+from autograder.protocol.checklib import CheckFailure, assert_close
 from toolkit.ssm.duality import ssd_attention, ssd_recurrent
 
 pytestmark = pytest.mark.grade_cell("test_ssd_chunked")

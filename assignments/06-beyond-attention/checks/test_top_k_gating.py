@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, assert_equal, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_close, assert_equal, expect_tensor
 from toolkit.moe.routing import top_k_gating
 
 pytestmark = pytest.mark.grade_cell("test_top_k_gating")

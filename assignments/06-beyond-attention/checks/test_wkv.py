@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor
 from toolkit.rwkv import wkv_parallel, wkv_recurrent
 
 pytestmark = pytest.mark.grade_cell("test_wkv")

@@ -30,15 +30,18 @@ checkpoint trained without the causal mask fails both of the last two.
 
 from __future__ import annotations
 
-import json
 from functools import cache
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.checklib import CheckFailure
-from autograder.protocol import SubmissionError
+from autograder.protocol.checklib import CheckFailure
+from autograder.protocol.checkpoints import (
+    check_loaded_checkpoint,
+    checkpoint_loader,
+    once_per_submission,
+)
 from toolkit.data import load_corpus
 
 pytestmark = pytest.mark.grade_cell("test_checkpoint")
@@ -49,44 +52,16 @@ MAX_PARAMETERS = 8_000_000
 N_WINDOWS, BLOCK, PROBE_ROWS, PROBE_FROM = 32, 128, 4, 64
 STEPS = 10
 
-# Runs in the student's kernel, in their working directory (where the grader copied the
-# files they handed in). Returns the file's config, then, if it is acceptable, logits.
-RUN = """
-import json as _json
-import os as _os
-
-import torch as _torch
-from safetensors import safe_open as _safe_open
-from toolkit.models import GPTConfig as _GPTConfig
-
-_path = _os.path.join(_os.getcwd(), "capstone.safetensors")
-if not _os.path.isfile(_path):
-    raise FileNotFoundError("capstone.safetensors was not handed in next to the notebook: run "
-                            "the training section, which saves it, and submit the file too")
-with _safe_open(_path, framework="pt", device="cpu") as _f:
-    _meta = _f.metadata() or {}
-    if "gpt_config" not in _meta:
-        raise ValueError("capstone.safetensors has no gpt_config metadata: save it with "
-                         "toolkit.train.save_checkpoint(model, config, path)")
-    _config = _GPTConfig.from_dict(_json.loads(_meta["gpt_config"]))
-    _names = list(_f.keys())
-    _n_stored = sum(int(_torch.Size(_f.get_slice(_n).get_shape()).numel()) for _n in _names)
-    _ok = (_config.vocab_size == 256 and _config.max_seq_len >= inputs["block"]
-           and _n_stored <= inputs["max_parameters"])
-    _state = {_n: _f.get_tensor(_n) for _n in _names} if _ok else None
-result = {"config": _json.dumps(_config.to_dict()), "stored": _n_stored}
-if _ok:
-    _model = GPT(_config).float()
-    _missing, _unexpected = _model.load_state_dict(_state, strict=False)
-    result["missing"], result["unexpected"] = list(_missing), list(_unexpected)
-    if not _unexpected and not set(_missing) - {"lm_head.weight"}:
-        _model.eval()
-        with _torch.no_grad():
-            result["logits"] = _model(inputs["x"])[0].float()
-            result["probe"] = _model(inputs["probe"])[0].float()
+# Runs in the student's kernel: loads the checkpoint into the student's GPT, then returns
+# its logits on the validation windows and on the probe.
+RUN = checkpoint_loader("capstone.safetensors", "gpt_config", "toolkit.models.GPTConfig", "GPT",
+                        "toolkit.train.save_checkpoint(model, config, path)",
+                        missing_ok=("lm_head.weight",)) + """
+if _model is not None:
+    with _torch.no_grad():
+        result["logits"] = _model(inputs["x"])[0].float()
+        result["probe"] = _model(inputs["probe"])[0].float()
 """
-
-_CACHE: dict = {}
 
 
 def validation_windows(n: int = N_WINDOWS, block: int = BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
@@ -125,43 +100,17 @@ def _probe(x: torch.Tensor) -> torch.Tensor:
     return probe
 
 
+@once_per_submission
 def evaluate(submission) -> float:
-    """The checkpoint's validation loss, or CheckFailure saying why it earns nothing.
-
-    Computed once per submission and shared by the ten scoring checks."""
-    if _CACHE.get("submission") is not submission:
-        try:
-            outcome = _evaluate(submission)
-        except (CheckFailure, SubmissionError) as exc:
-            outcome = exc
-        _CACHE.clear()
-        _CACHE.update(submission=submission, outcome=outcome)
-    outcome = _CACHE["outcome"]
-    if isinstance(outcome, Exception):
-        raise CheckFailure(str(outcome))
-    return outcome
-
-
-def _evaluate(submission) -> float:
+    """The checkpoint's validation loss, or CheckFailure saying why it earns nothing."""
     x, y = validation_windows()
-    got = submission.run(RUN, x=x, probe=_probe(x), block=BLOCK, max_parameters=MAX_PARAMETERS,
-                         timeout=180)
-    if not isinstance(got, dict) or "config" not in got:
-        raise CheckFailure("could not load your checkpoint")
-    config = json.loads(got["config"])
-    if config.get("vocab_size") != 256:
-        raise CheckFailure(f"the checkpoint has vocab_size {config.get('vocab_size')}; the byte "
-                           "tokenizer needs 256")
-    if config.get("max_seq_len", 0) < BLOCK:
-        raise CheckFailure(f"the checkpoint has max_seq_len {config.get('max_seq_len')}; the "
-                           f"validation windows are {BLOCK} bytes long, so use at least {BLOCK}")
-    if got.get("stored", 0) > MAX_PARAMETERS:
-        raise CheckFailure(f"the checkpoint holds {got['stored']:,} parameters; the limit is "
-                           f"{MAX_PARAMETERS:,} (the grader evaluates it on a CPU)")
-    missing, unexpected = got.get("missing", ()), got.get("unexpected", ())
-    if unexpected or set(missing) - {"lm_head.weight"}:
-        raise CheckFailure(f"the checkpoint does not fit your GPT: missing {sorted(missing)[:5]}, "
-                           f"unexpected {sorted(unexpected)[:5]}")
+    got = submission.run(RUN, x=x, probe=_probe(x), vocab_size=256, min_seq_len=BLOCK,
+                         max_parameters=MAX_PARAMETERS, timeout=180)
+    check_loaded_checkpoint(
+        got, vocab_size=256, min_seq_len=BLOCK, max_parameters=MAX_PARAMETERS,
+        model_class="GPT", missing_ok=("lm_head.weight",),
+        vocab_note="the byte tokenizer needs 256",
+        seq_note=f"the validation windows are {BLOCK} bytes long, so use at least {BLOCK}")
     logits, probe = got.get("logits"), got.get("probe")
     shape = (N_WINDOWS, BLOCK, 256)
     if not (isinstance(logits, torch.Tensor) and tuple(logits.shape) == shape

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_equal, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_equal, expect_tensor
 from toolkit.generate import generate
 from toolkit.models import GPT, GPTConfig
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_close, expect_tensor
 from toolkit.models import GPT, GPTConfig
 
 pytestmark = pytest.mark.grade_cell("test_gpt_forward")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_equal, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_equal, expect_tensor
 from toolkit.models import StaticKVCache
 
 pytestmark = pytest.mark.grade_cell("test_kv_cache")

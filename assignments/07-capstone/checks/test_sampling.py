@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, assert_equal, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_close, assert_equal, expect_tensor
 from toolkit.generate import apply_temperature, filter_logits, top_k_filter, top_p_filter
 
 pytestmark = pytest.mark.grade_cell("test_sampling")

@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close
+from autograder.protocol.checklib import CheckFailure, assert_close
 from toolkit.train import train_step
 
 pytestmark = pytest.mark.grade_cell("test_train_step")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close
+from autograder.protocol.checklib import CheckFailure, assert_close
 from toolkit.masks import causal_mask
 from toolkit.seq2seq import EncDecCache, EncDecConfig, T5Attention
 

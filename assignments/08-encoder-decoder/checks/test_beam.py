@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, assert_equal
+from autograder.protocol.checklib import CheckFailure, assert_close, assert_equal
 from toolkit.seq2seq import EncDecConfig, EncoderDecoder, beam_decode
 
 pytestmark = pytest.mark.grade_cell("test_beam")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import assert_close
+from autograder.protocol.checklib import assert_close
 from toolkit.position import T5RelativePositionBias
 
 pytestmark = pytest.mark.grade_cell("test_bias")

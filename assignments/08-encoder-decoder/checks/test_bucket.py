@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_equal, expect_tensor
+from autograder.protocol.checklib import CheckFailure, assert_equal, expect_tensor
 from toolkit.position import t5_relative_position_bucket
 
 pytestmark = pytest.mark.grade_cell("test_bucket")

@@ -22,7 +22,7 @@ import json
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure
+from autograder.protocol.checklib import CheckFailure
 from autograder.protocol import SubmissionError
 from toolkit.seq2seq import NumberTokenizer, encode_batch, number_examples
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.checklib import CheckFailure, assert_close, assert_equal
+from autograder.protocol.checklib import CheckFailure, assert_close, assert_equal
 from toolkit.seq2seq import EncDecCache, EncDecConfig, EncoderDecoder, shift_right
 
 pytestmark = pytest.mark.grade_cell("test_model")

@@ -1,0 +1,17 @@
+"""Old name of :mod:`autograder.reports.feedback_page`, kept for old workspaces.
+
+A workspace made before the autograder was split into packages names
+``autograder.feedback.*`` in its ``nbgrader_config.py`` (GenerateFeedback.exporter_class
+and .preprocessors). nbgrader imports it from the workspace's root, where the
+workspace's own ``autograder/`` results folder can hide this package's ``__init__`` (and
+with it the aliases of :mod:`autograder.old_names`) from an editable install, so this
+name exists on disk: it works however the package was installed. It is a folder, not
+``feedback.py``, so that git follows the old file to its new place. Importing it gives
+the module itself.
+"""
+
+import sys
+
+from ..reports import feedback_page
+
+sys.modules[__name__] = feedback_page

@@ -1,0 +1,264 @@
+"""The mistake oracle: what would a named mistake have answered to this check?
+
+Every named mutant of an assignment (``[[mutants]]`` in ``assignment.toml``) is a classic
+mistake written as a text edit of the instructor's solution. To recognise one in a
+student's work (:mod:`autograder.grading.diagnosis`), the grader replays the requests a failing
+check sent to the student's kernel against the mutated solution and compares the answers.
+
+The replay runs here, in a helper process of the grader: trusted (it executes instructor
+code only, never a student's), but apart from the grader, so whatever an instructor's cells
+change (seeds, default dtypes, thread counts, environment variables) never leaks into the
+checks of the next submission. It runs each variant of the notebook the way the grading
+kernel runs a submission (code cells in order; test cells and cells tagged
+``skip-grading`` left out) and answers requests with the very bridge the kernel uses
+(:meth:`autograder.protocol.kernel_side._AutograderBridge.respond`), so a replay means exactly what
+the original request meant.
+
+Messages are pickled both ways (both ends are trusted), each preceded by its length:
+``{"variant": key, "cells": [code, ...], "folder": assignment folder, "requests":
+[(request, tensors), ...]}`` is answered by ``{"replies": [(reply, tensors), ...]}`` or
+``{"error": text}``. The grader turns notebook text into cells (:func:`graded_cells`), so
+this process imports nothing but what the notebook itself imports.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import pickle
+import select
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+#: Seconds one message may take, notebook execution included (the process is then replaced).
+REPLY_TIMEOUT = 180
+_HEADER = struct.Struct("!Q")
+
+
+def _write(stream, message) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def _read_exactly(stream, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = stream.read(n)
+        if not chunk:
+            raise EOFError("the other end closed the pipe")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read(stream):
+    (size,) = _HEADER.unpack(_read_exactly(stream, _HEADER.size))
+    return pickle.loads(_read_exactly(stream, size))
+
+
+# -- the helper process -----------------------------------------------------------------
+def graded_cells(source: str) -> list[str]:
+    """The code a grading kernel runs for this notebook source, cell by cell."""
+    from ..sandbox.execute import SKIP_TAG  # imported here: the helper process never needs it
+    from ..workspace.course import notebook_from_text
+
+    cells = []
+    for cell in notebook_from_text(source).cells:
+        if cell.cell_type != "code" or SKIP_TAG in cell.metadata.get("tags", []):
+            continue
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade") and not meta.get("solution"):
+            continue  # a visible test cell: the hidden checks replace it
+        cells.append(cell.source)
+    return cells
+
+
+_SCRATCH_PREFIX = "autograder-oracle-"
+
+
+def _sweep_stale_scratch() -> None:
+    """Remove the scratch folders of helpers that no longer run (one killed with its
+    grader never reaches its own clean-up)."""
+    from ..sandbox.storage import stale_scratch_folders
+
+    for path in stale_scratch_folders(_SCRATCH_PREFIX):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class _Variants:
+    """Executed notebook variants, by key, each with the bridge that answers for it."""
+
+    def __init__(self):
+        self.bridges: dict[str, object] = {}
+        _sweep_stale_scratch()
+        # Named after this process, so a later helper can tell a leftover from a live one.
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-"))
+
+    def bridge(self, key: str, cells: list[str] | None, folder: str):
+        if key not in self.bridges:
+            if cells is None:
+                raise KeyError(f"variant {key!r} was never sent")
+            from ..protocol import kernel_side
+
+            workdir = self.scratch / f"variant-{len(self.bridges)}"
+            workdir.mkdir()
+            for item in Path(folder).iterdir() if folder else []:
+                if item.is_file() and item.suffix not in (".py", ".toml"):
+                    shutil.copy2(item, workdir / item.name)
+            namespace = {"__name__": "__main__"}
+            here = os.getcwd()
+            os.chdir(workdir)
+            try:
+                for index, code in enumerate(cells):
+                    with contextlib.suppress(Exception):  # as in a kernel: later cells still run
+                        exec(compile(code, f"<{key} cell {index}>", "exec"), namespace)
+            finally:
+                os.chdir(here)
+            self.bridges[key] = kernel_side.make_bridge(namespace)
+        return self.bridges[key]
+
+    def answer(self, message: dict) -> dict:
+        import torch
+
+        bridge = self.bridge(message["variant"], message.get("cells"), message.get("folder", ""))
+        replies = []
+        for request, tensors in message["requests"]:
+            request = {**request, "forbid": []}
+            with torch.random.fork_rng(devices=[]):
+                replies.append(bridge.respond(request, {k: v.clone() for k, v in tensors.items()}))
+        return {"replies": replies}
+
+
+def serve(stdin=None, stdout=None) -> None:
+    """The helper process's loop: one answer per message until the pipe closes."""
+    stdin = stdin or sys.stdin.buffer
+    stdout = stdout or sys.stdout.buffer
+    # Instructor cells print; keep the message pipe clean.
+    sys.stdout = sys.stderr
+    # What every answer needs, imported before the first message: a helper started ahead
+    # of time (MistakeOracle.start) then answers its first diagnosis without this wait.
+    import torch  # noqa: F401
+
+    from ..protocol import kernel_side  # noqa: F401
+
+    variants = _Variants()
+    try:
+        while True:
+            try:
+                message = _read(stdin)
+            except EOFError:
+                return
+            try:
+                _write(stdout, variants.answer(message))
+            except Exception as exc:  # noqa: BLE001 - the grader decides what a failure means
+                _write(stdout, {"error": f"{type(exc).__name__}: {exc}"[:2000]})
+    finally:
+        shutil.rmtree(variants.scratch, ignore_errors=True)
+
+
+# -- the grader's side ---------------------------------------------------------------------
+class OracleError(RuntimeError):
+    """The oracle could not answer (it crashed, timed out, or a variant failed to run)."""
+
+
+class MistakeOracle:
+    """A lazily started helper process that replays requests against notebook variants."""
+
+    def __init__(self, uses_gpu: bool = False):
+        #: Replay on the GPU, as the kernels of a ``gpu = true`` assignment ran: a check
+        #: that computes on the GPU there must compute on it here too, or no answer of a
+        #: mistake would match the student's (see :mod:`autograder.sandbox.gpu`).
+        self.uses_gpu = uses_gpu
+        self._process: subprocess.Popen | None = None
+        self._sent: set[str] = set()  # variants the running helper has executed
+        self._lock = threading.Lock()
+
+    def environment(self) -> dict[str, str]:
+        """The helper's environment: ours, as a grading kernel would see it."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JPY_")}
+        # What a grading kernel sees: no widgets drawn, no display, one thread, Triton's
+        # interpreter unless told otherwise (see autograder.sandbox.isolation.kernel_environment).
+        env.update(
+            TOOLKIT_HEADLESS="1",
+            MPLBACKEND="Agg",
+            OMP_NUM_THREADS="1",
+            PYTHONDONTWRITEBYTECODE="1",
+            TRITON_INTERPRET="0" if self.uses_gpu else os.environ.get("TRITON_INTERPRET", "1"),
+            AUTOGRADER_GRADING="1",
+        )
+        return env
+
+    def _start(self) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "autograder.grading.oracle"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=self.environment(),
+        )
+
+    def _ensure_started(self) -> None:
+        if self._process is None or self._process.poll() is not None:
+            self._process = self._start()
+            self._sent = set()
+
+    def start(self) -> None:
+        """Start the helper now (it imports torch), so that the first diagnosis is quick."""
+        with self._lock:
+            self._ensure_started()
+
+    def replay(self, variant: str, source: str, folder: Path | str, requests: list) -> list:
+        """``[(reply, tensors), ...]``: the answers of the notebook ``source`` (instructor
+        code, one variant of it) to each ``(request, tensors)`` a check sent."""
+        with self._lock:
+            self._ensure_started()
+            message = {"variant": variant, "folder": str(folder), "requests": requests}
+            if variant not in self._sent:  # the helper keeps what it has executed
+                message["cells"] = graded_cells(source)
+            try:
+                _write(self._process.stdin, message)
+                ready, _, _ = select.select([self._process.stdout], [], [], REPLY_TIMEOUT)
+                if not ready:
+                    raise OracleError(f"no answer within {REPLY_TIMEOUT}s")
+                answer = _read(self._process.stdout)
+                self._sent.add(variant)
+            except (OSError, EOFError, OracleError) as exc:
+                self.close()
+                raise OracleError(f"the mistake oracle stopped: {exc}") from None
+        if "error" in answer:
+            raise OracleError(answer["error"])
+        return answer["replies"]
+
+    def close(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+_shared: dict[bool, MistakeOracle] = {}
+
+
+def shared_oracle(uses_gpu: bool = False) -> MistakeOracle:
+    """This grading process's oracle (one per worker, and one more for the submissions
+    graded on the GPU; stopped when the process exits)."""
+    if uses_gpu not in _shared:
+        _shared[uses_gpu] = MistakeOracle(uses_gpu)
+        atexit.register(_shared[uses_gpu].close)
+    return _shared[uses_gpu]
+
+
+if __name__ == "__main__":
+    serve()

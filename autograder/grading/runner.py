@@ -1,0 +1,221 @@
+"""Grade one notebook of one submission: execute it sandboxed, then run the hidden checks.
+
+This is the unit of work that runs in parallel (a local process pool or a Dask
+worker). It takes a :class:`~autograder.jobs.Job` and returns a
+:class:`~autograder.jobs.NotebookResult`, touches nothing but the submission's own
+capped storage, and never writes the gradebook: the single writer in
+:mod:`autograder.grading.gradebook` does that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import socket
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from ..jobs import CheckRecord, Job, NotebookResult
+from ..limits import Limits
+from ..protocol import kernel_side
+from ..protocol.trusted import Submission
+from ..sandbox import gpu
+from ..sandbox.execute import KernelSession
+from ..sandbox.isolation import bwrap_path, isolation_level
+from ..sandbox.slots import sandbox_slot
+from ..sandbox.storage import caps_in_force
+
+
+class _CheckPlugin:
+    """pytest plugin: provides the ``submission`` fixture and records every check."""
+
+    def __init__(self, submission: Submission):
+        self._submission = submission
+        self.records: list[CheckRecord] = []
+        #: ``module::test id`` -> the requests that check sent (for the diagnosis).
+        self.transcripts: dict[str, list] = {}
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        self._submission.transcript = []
+        try:
+            yield
+        finally:
+            key = f"{Path(str(item.fspath)).stem}::{item.nodeid.split('::', 1)[-1]}"
+            self.transcripts[key] = self._submission.transcript
+            self._submission.transcript = None
+
+    def pytest_configure(self, config):
+        for marker in ("grade_cell(id)", "weight(w)", "pitfall(text)", "structural", "property"):
+            config.addinivalue_line("markers", marker)
+
+    @pytest.fixture
+    def submission(self):
+        return self._submission
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        report = outcome.get_result()
+        if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+            cell = item.get_closest_marker("grade_cell")
+            weight = item.get_closest_marker("weight")
+            pitfall = item.get_closest_marker("pitfall")
+            doc = (item.function.__doc__ or item.name).strip().splitlines()[0]
+            message = ""
+            if call.excinfo is not None:
+                exc = call.excinfo.value
+                message = (
+                    str(exc)
+                    if isinstance(exc, AssertionError) and str(exc)
+                    else (f"{type(exc).__name__}: {exc}")
+                )
+            self.records.append(CheckRecord(
+                id=item.nodeid.split("::", 1)[-1],
+                module=Path(str(item.fspath)).stem,
+                description=doc + (f" [{item.callspec.id}]" if hasattr(item, "callspec") else ""),
+                grade_cell=cell.args[0] if cell else None,
+                weight=float(weight.args[0]) if weight else 1.0,
+                pitfall=pitfall.args[0] if pitfall else None,
+                structural=item.get_closest_marker("structural") is not None,
+                property=item.get_closest_marker("property") is not None,
+                passed=report.outcome == "passed",
+                message=message.split("\nassert ")[0][:1500],
+            ))
+
+
+def run_checks(checks_dir: Path, submission: Submission) -> tuple[list[CheckRecord], dict]:
+    """Run the hidden pytest checks in this process against ``submission``.
+
+    Returns the check records and, per check, the requests it made (its transcript)."""
+    plugin = _CheckPlugin(submission)
+    args = [
+        str(checks_dir),
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:terminal",
+        # Its clean-up runs gc.collect() over and over: half a second per submission.
+        "-p",
+        "no:unraisableexception",
+        "--import-mode=importlib",
+        "--rootdir",
+        str(checks_dir),
+        "-W",
+        "ignore",
+        "-o",
+        "python_files=test_*.py",
+        "-o",
+        "addopts=",
+        "-o",
+        "testpaths=",
+    ]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = pytest.main(args, plugins=[plugin])
+    if code not in (0, 1) or not plugin.records:
+        raise RuntimeError(
+            f"the hidden checks could not run (pytest exit {code}): {out.getvalue()[-2000:]}"
+        )
+    return plugin.records, plugin.transcripts
+
+
+def _diagnose(job: Job, result: NotebookResult, transcripts: dict) -> None:
+    """Name the classic mistakes behind failing checks (see :mod:`autograder.grading.diagnosis`)."""
+    if job.assignment_dir is None or all(c.passed for c in result.checks):
+        return
+    from ..workspace.course import AssignmentSpec
+    from .diagnosis import annotate, diagnose
+    from .oracle import shared_oracle
+
+    folder = Path(job.assignment_dir)
+    spec = AssignmentSpec.load(folder.name, folder.parent)
+    oracle = shared_oracle(uses_gpu=gpu.in_use(job.limits))
+    diagnoses = diagnose(spec, job.notebook_id, result.checks, transcripts, oracle)
+    annotate(result.checks, diagnoses)
+    result.diagnoses = [d.as_dict() for d in diagnoses]
+
+
+def describe_isolation(limits: Limits) -> str:
+    """The isolation line: the sandbox in force and the caps, with what holds each."""
+    return (f"{isolation_level()}; caps: {caps_in_force(limits, bwrap_path() is not None)}"
+            + (f"; {gpu.describe(gpu.available())}" if limits.gpu else ""))
+
+
+class WorkerSetupError(RuntimeError):
+    """The machine that took a job cannot see the files the job names by path (a Dask
+    worker without the grader's checkout or workspace). A fault of the grading set-up,
+    never of the submission: such a job is not recorded, and the next run grades it."""
+
+
+def _check_paths(job: Job) -> None:
+    """Raise :class:`WorkerSetupError` unless this machine sees the job's folders."""
+    folders = (job.checks_dir, job.submission_dir, job.assignment_dir)
+    missing = [str(p) for p in folders if p is not None and not Path(p).is_dir()]
+    if missing:
+        raise WorkerSetupError(
+            f"the grading worker on {socket.gethostname()} cannot see {', '.join(missing)}. "
+            "Jobs name files by path: every Dask worker needs this project and the course "
+            "workspace at the same paths as the grader (a shared file system)")
+
+
+def grade_notebook(job: Job) -> NotebookResult:
+    """Execute and check one notebook of one submission."""
+    _check_paths(job)
+    with sandbox_slot() as slot:
+        return _grade_notebook(job, slot)
+
+
+def _grade_notebook(job: Job, slot: int) -> NotebookResult:
+    started = time.monotonic()
+    nb = nbformat.from_dict(job.notebook)
+    result = NotebookResult(job.student, job.assignment, job.notebook_id, nb,
+                            findings=list(job.findings), isolation=describe_isolation(job.limits))
+    mark = time.monotonic()
+
+    def lap(name):
+        nonlocal mark
+        now = time.monotonic()
+        result.timings[name] = round(now - mark, 3)
+        mark = now
+
+    session = None
+    try:
+        session = KernelSession(job.limits, slot=slot, hidden=job.hidden,
+                                submission_dir=job.submission_dir,
+                                notebook_name=f"{job.notebook_id}.ipynb")
+        session.start(nb)
+        lap("kernel_start")
+        # The first kernel of a grading worker also waits for the worker's fork server to
+        # load the libraries: a one-off, kept apart so it is not read as a slow start.
+        warm_up = round(session.launcher.warm_up_seconds, 3)
+        if warm_up:
+            start_alone = max(result.timings["kernel_start"] - warm_up, 0)
+            result.timings = {"warm_up": warm_up, "kernel_start": round(start_alone, 3)}
+        test_ids = set(job.test_cell_ids)
+        session.run_notebook(
+            nb, skip=lambda cell: cell.metadata.get("nbgrader", {}).get("grade_id") in test_ids
+        )
+        lap("notebook")
+        if session.alive():
+            session.install_bridge(kernel_side.kernel_source())
+        submission = Submission(session, nb, session.storage.exchange_dir, forbid=job.forbid,
+                                call_timeout=job.limits.call_timeout)
+        result.checks, transcripts = run_checks(Path(job.checks_dir), submission)
+        lap("checks")
+        try:
+            _diagnose(job, result, transcripts)
+        except Exception as exc:  # a diagnosis is a courtesy: it never costs a grade
+            result.events.append(f"no diagnosis: {type(exc).__name__}: {exc}"[:300])
+        lap("diagnosis")
+    except Exception as exc:  # the grader must survive any submission
+        result.events.append(f"grading error: {type(exc).__name__}: {exc}"[:1000])
+    finally:
+        if session is not None:
+            session.close()
+            result.events[:0] = session.events
+    result.seconds = round(time.monotonic() - started, 2)
+    return result

@@ -1,0 +1,175 @@
+"""Step 1 of grading: read a submitted notebook and restore what the student may not change.
+
+nbgrader's own preprocessors do the work (ClearOutput, DeduplicateIds,
+OverwriteKernelspec, OverwriteCells with missing cells added back,
+CheckCellMetadata). Before they run we compare the submission with the
+gradebook's copy of every locked cell, so the report can say *what* was
+tampered with: deleted, edited or re-ordered test cells, edited points.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+from nbgrader.preprocessors import (
+    CheckCellMetadata,
+    ClearOutput,
+    DeduplicateIds,
+    OverwriteCells,
+    OverwriteKernelspec,
+)
+
+from ..jobs import Job
+from ..sandbox.isolation import hidden_from_kernels
+
+MAX_NOTEBOOK_BYTES = 20 * 2**20
+
+
+class NotGradable(Exception):
+    """The notebook cannot be graded at all; the message says why, for the report."""
+
+
+def read_submission(path: Path) -> nbformat.NotebookNode:
+    """Read a submitted notebook, turning every way it can be broken into NotGradable."""
+    if not path.is_file():
+        raise NotGradable(f"{path.name} is missing from the submission{_found_instead(path)}")
+    size = path.stat().st_size
+    if size == 0:
+        raise NotGradable(f"{path.name} is empty")
+    if size > MAX_NOTEBOOK_BYTES:
+        raise NotGradable(f"{path.name} is {size / 2**20:.0f} MiB, over the "
+                          f"{MAX_NOTEBOOK_BYTES // 2**20} MiB limit")
+    try:
+        raw = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise NotGradable(f"{path.name} is not valid notebook JSON ({exc})"[:300]) from None
+    if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
+        raise NotGradable(f"{path.name} is JSON but not a notebook")
+    try:
+        nb = nbformat.reads(json.dumps(raw), as_version=4)  # converts nbformat 3 notebooks
+    except Exception as exc:
+        raise NotGradable(f"{path.name} could not be read as a notebook ({exc})"[:300]) from None
+    return nb
+
+
+def _found_instead(path: Path) -> str:
+    """The other notebooks handed in (a renamed copy, one in a sub-folder), for the note:
+    which one is the work is for a person to decide, never for the grader to guess."""
+    if not path.parent.is_dir():
+        return ""
+    others = sorted(str(p.relative_to(path.parent)) for p in path.parent.rglob("*.ipynb")
+                    if ".ipynb_checkpoints" not in p.parts)
+    if not others:
+        return ""
+    shown = ", ".join(repr(name) for name in others[:5]) + (", ..." if len(others) > 5 else "")
+    return (f"; it holds {shown}: if that is the work, move it to {path.name} at the top of "
+            "the submission folder and grade this student again with --force")
+
+
+def _source(cell) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def tamper_report(
+    nb: nbformat.NotebookNode, gradebook, notebook_id: str, assignment: str
+) -> list[str]:
+    """Differences between the submission's locked/grade cells and the gradebook's copies."""
+    findings: list[str] = []
+    source_nb = gradebook.find_notebook(notebook_id, assignment)
+    locked = {c.name: c for c in source_nb.source_cells if c.locked}
+    points = {c.name: c.max_score for c in source_nb.grade_cells}
+    seen: list[str] = []
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
+        if grade_id is None:
+            continue
+        seen.append(grade_id)
+        if grade_id in locked and _source(cell).strip() != locked[grade_id].source.strip():
+            findings.append(f"locked cell '{grade_id}' was edited (restored from the gradebook)")
+        if grade_id in points and meta.get("points") not in (None, points[grade_id]):
+            findings.append(
+                f"points of '{grade_id}' changed to {meta.get('points')} "
+                f"(reset to {points[grade_id]:g})"
+            )
+    for name in locked:
+        if name not in seen:
+            findings.append(f"locked cell '{name}' was deleted (restored from the gradebook)")
+    expected_order = [c.name for c in source_nb.source_cells if c.name in seen]
+    if [s for s in seen if s in expected_order] != expected_order:
+        findings.append(
+            "graded cells were re-ordered (grading uses the hidden checks, not the order)"
+        )
+    return findings
+
+
+def sanitize(nb, *, db_url: str, assignment: str, notebook_id: str, student: str, gradebook):
+    """Return (sanitised notebook, findings). Never raises for a student's edits."""
+    findings = tamper_report(nb, gradebook, notebook_id, assignment)
+    resources = {
+        "nbgrader": {
+            "db_url": db_url,
+            "assignment": assignment,
+            "notebook": notebook_id,
+            "student": student,
+        }
+    }
+    steps = [
+        ClearOutput(),
+        DeduplicateIds(),
+        OverwriteKernelspec(),
+        OverwriteCells(add_missing_cells=True),
+        CheckCellMetadata(),
+    ]
+    for step in steps:
+        try:
+            nb, resources = step.preprocess(nb, resources)
+        except Exception as exc:  # e.g. metadata that fails nbgrader's schema
+            findings.append(f"{type(step).__name__} could not process the notebook: {exc}"[:300])
+    return nb, findings
+
+
+def grade_cell_ids(gradebook, notebook_id: str, assignment: str) -> tuple[dict, set]:
+    """(autograded test cells {grade_id: points}, manually graded cell ids) from the gradebook."""
+    source_nb = gradebook.find_notebook(notebook_id, assignment)
+    solution_ids = {c.name for c in source_nb.solution_cells}
+    auto = {c.name: c.max_score for c in source_nb.grade_cells if c.name not in solution_ids}
+    manual = {c.name for c in source_nb.grade_cells if c.name in solution_ids}
+    return auto, manual
+
+
+def sanitized_job(course, spec, student: str, notebook_id: str, submission_dir: Path,
+                  gradebook, test_cell_ids) -> Job:
+    """One notebook of one submission as a :class:`~autograder.jobs.Job`: read from
+    ``submission_dir``, sanitised against the gradebook, with the assignment's checks,
+    limits and forbidden calls and what no kernel may see of the course. ``autograder
+    grade`` and "Check my work" both build their jobs here.
+
+    Raises :class:`NotGradable` with ``.job`` set (the job without its notebook), from
+    which the caller can make the result that says why.
+    """
+    job = Job(
+        student=student,
+        assignment=spec.name,
+        notebook_id=notebook_id,
+        notebook=None,
+        submission_dir=Path(submission_dir),
+        test_cell_ids=tuple(sorted(test_cell_ids)),
+        checks_dir=spec.checks_dir(),
+        assignment_dir=spec.path,
+        limits=spec.limits,
+        forbid=tuple(spec.forbid),
+        hidden=hidden_from_kernels(course, spec),
+    )
+    try:
+        nb = read_submission(job.submission_dir / f"{notebook_id}.ipynb")
+        job.notebook, job.findings = sanitize(nb, db_url=course.db_url, assignment=spec.name,
+                                              notebook_id=notebook_id, student=student,
+                                              gradebook=gradebook)
+    except NotGradable as exc:
+        exc.job = job
+        raise
+    return job

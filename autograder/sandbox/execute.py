@@ -1,0 +1,348 @@
+"""Run a submitted notebook in a fresh, sandboxed kernel, and keep it alive for the checks.
+
+:class:`KernelSession` owns everything of one submission's run: its capped storage
+(:mod:`autograder.sandbox.storage`: working directory, ``/tmp``, ``/dev/shm``), its kernel
+(:class:`autograder.sandbox.launcher.KernelLauncher`: forked from a template or started from
+scratch, sandboxed either way) and a watchdog over the storage caps.
+
+* :meth:`KernelSession.run_notebook` executes the code cells in order with a
+  per-cell time limit and a per-submission deadline. A cell that times out is
+  interrupted; a cell that kills the kernel (``sys.exit`` in a scratch cell,
+  ``os._exit``, the memory cap) or fills one of its areas is stopped and noted, the
+  kernel is restarted on empty areas and the cells that had worked are replayed, so
+  one bad cell costs only what depends on it.
+* :meth:`KernelSession.execute_silently` is the transport used by the trusted checks
+  (:mod:`autograder.protocol.trusted`): it runs code in the kernel and waits for the reply
+  with its own time limit.
+
+Every event (time-outs, restarts, caps reached, truncated output) is kept in
+``events`` for the report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import threading
+import time
+from pathlib import Path
+
+import nbformat
+from jupyter_core.utils import run_sync
+from nbclient import NotebookClient
+from nbclient.exceptions import DeadKernelError
+
+from ..limits import Limits
+from .cell_notes import cell_label, error_note
+from .isolation import bwrap_path
+from .launcher import KernelLauncher, start_mode
+from .slots import kill_strays
+from .storage import Storage, new_scratch
+
+#: Marks a cell in the notebook as not executed while grading (widgets, long demos).
+SKIP_TAG = "skip-grading"
+MAX_OUTPUT_CHARS = 20_000
+_TIMEOUT_ENAME = "CellTimeoutError"
+#: How often the watchdog looks at the storage caps while a kernel runs.
+WATCH_SECONDS = 0.1
+
+__all__ = ["SKIP_TAG", "KernelSession", "kernel_start_mode"]
+
+
+def kernel_start_mode(uses_gpu: bool = False) -> str:
+    """How kernels start on this machine (printed by ``autograder grade``); a ``gpu = true``
+    assignment's kernels on a machine with a GPU never come from the fork server."""
+    return start_mode(uses_gpu)
+
+
+class _CappedClient(NotebookClient):
+    """nbclient that keeps at most ``MAX_OUTPUT_CHARS`` of each cell's output."""
+
+    _truncated: set[int]
+
+    def output(self, outs, msg, display_id, cell_index):
+        truncated = self.__dict__.setdefault("_truncated", set())
+        if cell_index in truncated:
+            return None
+        out = super().output(outs, msg, display_id, cell_index)
+        excess = sum(_output_size(o) for o in outs) - MAX_OUTPUT_CHARS
+        if excess > 0:
+            # Keep the start of the newest output, drop the rest, and say so.
+            last = outs[-1]
+            if isinstance(last.get("text"), str) and len(last["text"]) > excess:
+                last["text"] = last["text"][: len(last["text"]) - excess]
+            else:
+                outs.pop()
+            outs.append(_note_output("[output truncated by the autograder]"))
+            truncated.add(cell_index)
+        return out
+
+
+def _output_size(output) -> int:
+    return len(str(output.get("text", ""))) + len(str(output.get("data", "")))
+
+
+def _note_output(text: str):
+    return nbformat.v4.new_output("stream", name="stdout", text=f"\n{text}\n")
+
+
+class KernelSession:
+    """One sandboxed kernel for one submission, used first to run it, then to check it."""
+
+    def __init__(self, limits: Limits | None = None, *, slot: int = 0, hidden=(),
+                 submission_dir: Path | None = None, notebook_name: str = "",
+                 max_restarts: int = 2, use_fork_server: bool = True):
+        self.limits = limits or Limits()
+        self.slot = slot
+        self.cell_timeout = self.limits.cell_timeout
+        self.deadline = time.monotonic() + self.limits.submission_timeout
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self.events: list[str] = []
+        self.storage = Storage(new_scratch(), self.limits, slot, bwrap_path() is not None)
+        self.launcher = KernelLauncher(self.storage, self.limits, slot, hidden,
+                                       use_fork_server=use_fork_server)
+        self.storage.inside_pid = self.launcher.inside_pid
+        if submission_dir is not None:
+            try:
+                self.storage.fill(Path(submission_dir), notebook_name)
+            except BaseException:
+                # No session comes back to close: give the mounted areas (and whatever
+                # of the files fitted) back now, or they hold memory until the next sweep.
+                self.storage.close()
+                raise
+        self.client: _CappedClient | None = None
+        self._good_cells: list[int] = []
+        self._bridge_source: str | None = None
+        self._answered = False  # did the kernel answer the last request in time?
+        self._watch: threading.Thread | None = None
+        self._watching = threading.Event()
+        self._full: list[str] = []  # what the watchdog found filled
+
+    @property
+    def workdir(self) -> Path:
+        return self.storage.workdir
+
+    @property
+    def km(self):
+        return self.launcher.km
+
+    # -- kernel life cycle -----------------------------------------------------
+    def start(self, nb: nbformat.NotebookNode) -> None:
+        km = self.launcher.start()
+        self.client = _CappedClient(
+            nb,
+            km=km,
+            timeout=self.cell_timeout,
+            startup_timeout=120,
+            allow_errors=True,
+            interrupt_on_timeout=True,
+            error_on_timeout={
+                "ename": _TIMEOUT_ENAME,
+                "evalue": f"cell stopped after the {self.cell_timeout:g}s time limit",
+                "traceback": [],
+            },
+            record_timing=False,
+            resources={"metadata": {"path": str(self.workdir)}},
+        )
+        self.client.start_new_kernel_client()
+        self._start_watchdog()
+
+    def shutdown(self) -> None:
+        self._stop_watchdog()
+        if self.client is not None and self.client.kc is not None:
+            with contextlib.suppress(Exception):
+                self.client.kc.stop_channels()
+        self.launcher.stop()
+        self.client = None
+
+    def close(self) -> None:
+        """Stop the kernel and give back its storage (memory and disk), the storage even
+        if stopping the kernel failed."""
+        try:
+            self.shutdown()
+        finally:
+            self.storage.close()
+
+    def alive(self) -> bool:
+        return self.km is not None and run_sync(self.km.is_alive)()
+
+    def _restart(self, nb: nbformat.NotebookNode, reason: str) -> bool:
+        """Fresh kernel on empty areas, then replay the cells that had worked.
+
+        False if out of restarts or time."""
+        if self.restarts >= self.max_restarts or self.remaining() <= 0:
+            self.events.append(f"kernel not restarted after: {reason}")
+            return False
+        self.restarts += 1
+        self.events.append(f"kernel restarted ({reason}); replaying {len(self._good_cells)} cells")
+        self.shutdown()
+        self.storage.reset()
+        # Replay on a copy: the outputs that count are the ones already recorded.
+        replay = copy.deepcopy(nb)
+        self.start(replay)
+        for index in self._good_cells:
+            try:
+                self.client.execute_cell(replay.cells[index], index)
+            except DeadKernelError:
+                self.events.append("kernel died again during replay")
+                return False
+        if self._bridge_source is not None:
+            self.install_bridge(self._bridge_source)
+        return True
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    # -- the storage watchdog ------------------------------------------------------
+    def _start_watchdog(self) -> None:
+        self._full = []
+        self._watching.set()
+        self._watch = threading.Thread(target=self._watchdog, daemon=True,
+                                       name=f"autograder-caps-{self.slot}")
+        self._watch.start()
+
+    def _stop_watchdog(self) -> None:
+        self._watching.clear()
+        if self._watch is not None:
+            self._watch.join()
+            self._watch = None
+
+    def _watchdog(self) -> None:
+        """Kill the kernel the moment one of its areas is full: a cell that writes in a
+        loop and ignores the errors would otherwise spin until its time limit."""
+        while self._watching.is_set():
+            started = time.monotonic()
+            full = self.storage.full_areas()
+            if full:
+                self._full = full
+                self.launcher.kill()
+                return
+            # A few statvfs calls cost microseconds; walking a big folder (no mounts)
+            # can cost a lot more: never spend more than a fifth of the time looking.
+            time.sleep(max(WATCH_SECONDS, 4 * (time.monotonic() - started)))
+
+    def _caps_reached(self) -> list[str]:
+        """What is full now (or was, when the watchdog stopped the kernel)."""
+        return self._full or self.storage.full_areas()
+
+    def _stopped_at_cap(self, nb, cell, label: str, full: list[str]) -> bool:
+        """Note the cap in the cell and the events, then restart; False if that failed."""
+        for what in full:
+            cell.setdefault("outputs", []).append(
+                _note_output(f"[autograder] {what}: the cell was stopped"))
+            self.events.append(f"{label} {what}: the cell was stopped")
+        return self._restart(nb, f"{label} reached a storage cap")
+
+    # -- running the notebook ----------------------------------------------------
+    def run_notebook(self, nb: nbformat.NotebookNode, skip=lambda cell: False) -> None:
+        """Execute every code cell (except ``skip(cell)``), in place, never raising."""
+        if self.km is None:
+            self.start(nb)
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code" or skip(cell) or SKIP_TAG in cell.metadata.get("tags", []):
+                continue
+            label = cell_label(index, cell)
+            if self.remaining() <= 0:
+                self.events.append(f"{label} not run: the submission's time limit was reached")
+                continue
+            self.client.timeout = max(1, int(min(self.cell_timeout, self.remaining())))
+            started = time.monotonic()
+            try:
+                self.client.execute_cell(cell, index)
+            except DeadKernelError:
+                full = self._caps_reached()
+                if full:
+                    if not self._stopped_at_cap(nb, cell, label, full):
+                        break
+                    continue
+                self.events.append(f"{label} stopped the kernel (exit, crash or memory limit)")
+                if not self._restart(nb, f"{label} stopped it"):
+                    break
+                continue
+            full = self._caps_reached()
+            if full:
+                self.launcher.kill()
+                if not self._stopped_at_cap(nb, cell, label, full):
+                    break
+                continue
+            if kill_strays(self.slot):
+                self.events.append(f"{label} left processes running; they were stopped")
+            errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+            if time.monotonic() - started >= self.client.timeout:
+                self.events.append(f"{label} exceeded the {self.cell_timeout:g}s time limit")
+                if not self._responsive() and not self._restart(nb, f"{label} would not stop"):
+                    break
+                continue
+            if errors:
+                self.events.append(error_note(label, errors[0]))
+                continue
+            self._good_cells.append(index)
+
+    def _responsive(self, timeout: float = 10) -> bool:
+        if not self.alive():
+            return False
+        try:
+            reply = run_sync(self.client.kc.execute_interactive)(
+                "pass",
+                silent=True,
+                store_history=False,
+                timeout=timeout,
+                output_hook=lambda m: None,
+            )
+            return reply["content"]["status"] == "ok"
+        except Exception:
+            return False
+
+    # -- the check transport -------------------------------------------------------
+    def install_bridge(self, source: str) -> None:
+        """Define ``__autograder__`` in the kernel from ``kernel_side.kernel_source()``."""
+        self._bridge_source = source
+        code = (
+            "def __autograder_install(src):\n"
+            "    import types\n"
+            "    module = types.ModuleType('autograder_bridge')\n"
+            "    exec(compile(src, '<autograder-bridge>', 'exec'), module.__dict__)\n"
+            "    return module.make_bridge(get_ipython().user_ns)\n"
+            f"__autograder__ = __autograder_install({source!r})\n"
+            "del __autograder_install\n"
+        )
+        self.execute_silently(code, timeout=60)
+
+    def execute_silently(self, code: str, timeout: float) -> dict:
+        """Run code in the kernel and return the reply content.
+
+        Raises TimeoutError or DeadKernelError."""
+        if not self.alive():
+            raise DeadKernelError("the kernel is not running")
+        kc = self.client.kc
+        self._answered = False
+        try:
+            reply = run_sync(kc.execute_interactive)(
+                code, silent=True, store_history=False, timeout=timeout, output_hook=lambda m: None
+            )
+        except TimeoutError:
+            with contextlib.suppress(Exception):
+                run_sync(self.km.interrupt_kernel)()
+            raise
+        self._answered = True
+        return reply["content"]
+
+    def ensure_alive(self, nb: nbformat.NotebookNode) -> bool:
+        """Called by the checks between requests: restart (and replay) a dead or stuck
+        kernel, or one whose storage is full."""
+        full = self._caps_reached()
+        if full:
+            self.launcher.kill()
+            for what in full:
+                self.events.append(f"while the checks ran, the submission {what}; "
+                                   "the kernel was restarted")
+            return self._restart(nb, "a storage cap was reached during the checks")
+        # After an answered request a live process is enough; after a time-out or a
+        # crash, make sure the kernel answers again before sending it more work.
+        if self._answered and self.alive():
+            return True
+        if self._responsive(timeout=5):
+            self._answered = True
+            return True
+        return self._restart(nb, "it stopped answering during the checks")
