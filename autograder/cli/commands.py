@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from ..workspace.assignment_spec import AssignmentSpec
 from ..workspace.course import Course, CourseError, available_assignments
 from .options import COUNT, FRACTION, SECONDS, WAIT, check_report_options, output_file
 
@@ -195,30 +196,12 @@ def cmd_validate(args) -> int:
     return 0 if ok else 1
 
 
-def grade_cell_points(name: str) -> tuple[float, float]:
-    """``(automatic, written)`` points of an assignment's grade cells: check cells, and
-    answers a person reads (cells that are both graded and a solution)."""
-    from ..workspace.assignment_spec import AssignmentSpec, notebook_from_text
-
-    spec = AssignmentSpec.load(name)
-    automatic = written = 0.0
-    for notebook in spec.notebooks:
-        for cell in notebook_from_text(spec.source_text(notebook)).cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if meta.get("grade"):
-                if meta.get("solution"):
-                    written += meta.get("points", 0)
-                else:
-                    automatic += meta.get("points", 0)
-    return automatic, written
-
-
 def cmd_points(args) -> int:
     names = available_assignments(Course().assignments_dir)
     total_automatic = total_written = 0.0
     print(f"{'assignment':<28} {'automatic':>9} {'written':>8} {'total':>6}")
     for name in names:
-        automatic, written = grade_cell_points(name)
+        automatic, written = AssignmentSpec.load(name).points()
         total_automatic, total_written = total_automatic + automatic, total_written + written
         print(f"{name:<28} {automatic:>9g} {written:>8g} {automatic + written:>6g}")
     total = total_automatic + total_written

@@ -111,6 +111,20 @@ class AssignmentSpec:
     def source_text(self, notebook: str) -> str:
         return (self.path / f"{notebook}.py").read_text()
 
+    def points(self) -> tuple[float, float]:
+        """``(automatic, written)``: the points of the grade cells the hidden checks score
+        (test cells), and of the answers a person reads (cells both graded and a solution)."""
+        automatic = written = 0.0
+        for notebook in self.notebooks:
+            for cell in notebook_from_text(self.source_text(notebook)).cells:
+                meta = cell.metadata.get("nbgrader", {})
+                if meta.get("grade"):
+                    if meta.get("solution"):
+                        written += meta.get("points", 0)
+                    else:
+                        automatic += meta.get("points", 0)
+        return automatic, written
+
     def checks_dir(self) -> Path:
         """Where the hidden checks are: ``checks`` resolved from the assignment folder."""
         return (self.path / self.checks).resolve()

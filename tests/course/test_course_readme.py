@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from autograder.workspace.assignment_spec import AssignmentSpec, notebook_from_text
+from autograder.workspace.assignment_spec import AssignmentSpec
 from autograder.workspace.course import ASSIGNMENTS_DIR, PROJECT_ROOT, available_assignments
 
 README = PROJECT_ROOT / "course" / "README.md"
@@ -20,24 +20,9 @@ def _points_in_readme() -> dict[str, str]:
     return dict(rows)
 
 
-def _points_in_notebooks(name: str) -> tuple[int, int]:
-    """(automatic, read by a person) points of the assignment's grade cells."""
-    spec = AssignmentSpec.load(name)
-    automatic = manual = 0
-    for notebook in spec.notebooks:
-        for cell in notebook_from_text(spec.source_text(notebook)).cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if meta.get("grade"):
-                if meta.get("solution"):
-                    manual += meta.get("points", 0)
-                else:
-                    automatic += meta.get("points", 0)
-    return automatic, manual
-
-
 @pytest.mark.parametrize("name", available_assignments(ASSIGNMENTS_DIR))
 def test_the_table_gives_the_points_of_the_grade_cells(name):
-    automatic, manual = _points_in_notebooks(name)
+    automatic, manual = AssignmentSpec.load(name).points()
     expected = f"{automatic:g}" + (f" + {manual:g} read by a person" if manual else "")
     assert _points_in_readme().get(name[:2]) == expected, (
         f"{README}: the row of {name} should say {expected!r}")
