@@ -29,6 +29,7 @@
 # | 5 | `greedy_decode`: cached greedy decoding with end-of-sequence | 2 |
 # | 6 | `beam_search_one`: beam search with Hugging Face's length penalty | 4 |
 # | 7 | your trained checkpoint `encdec.safetensors` (exact-match accuracy) | 4 |
+# | 9 | a short written answer: what does the encoder-decoder buy? | 3 (read by a person) |
 #
 # **How this notebook is graded.** The test cell after each exercise runs quick visible
 # checks. The grader runs its own hidden checks on other inputs, with weights of its own
@@ -867,6 +868,53 @@ cross_attention_explorer(my_model, tokenizer, "words: 4213", fns={"greedy_decode
 # %% tags=["skip-grading"]
 beam_explorer(my_model, tokenizer, "digits: seven thousand twelve",
               fns={"beam_search_one": beam_search_one})
+
+# %% [markdown]
+# ## 9. Question: what does the encoder-decoder buy?
+#
+# Answer each part in a few sentences, from what you built in this notebook.
+#
+# 1. A decoder-only model could learn the same task from one sequence, `words: 4213 =`
+#    followed by the answer. What does splitting the work between an encoder and a
+#    decoder buy, and what does it cost? Say what is computed once per input and what
+#    once per output token in each design.
+# 2. Why is one relative position bias computed per stack and shared by its layers, and
+#    why does cross-attention get no position bias at all?
+# 3. When can beam search return another answer than greedy decoding on this task, and
+#    what would go wrong with beams ranked by their summed log-probability alone?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "encoder_decoder_question", "locked": false, "points": 3, "schema_version": 3, "solution": true}
+# ### BEGIN SOLUTION
+# 1. The encoder reads the whole input once, every input token seeing every other one
+#    (a bidirectional view a causal decoder never has of its prompt), and the
+#    cross-attention keys and values are projected from its output once per input. Each
+#    output token then costs self-attention over the output so far plus cross-attention
+#    over that fixed memory. A decoder-only model reads the prompt causally and keeps it
+#    in its growing KV cache, but has one stack, one mask and no fixed split between
+#    input and output. The costs of the split: two stacks (more parameters at equal
+#    depth), a cross-attention sub-layer in every decoder layer, and a task format that
+#    must separate input from output.
+# 2. Position enters T5 only as one learned scalar per (bucket, head) added to the scores.
+#    Computing it once per stack and sharing it saves parameters and compute and gives
+#    every layer the same notion of distance; each layer still reads it differently
+#    through its own queries and keys. In cross-attention the queries are output positions
+#    and the keys input positions: two different sequences with no common axis, so "the
+#    distance from output token i to input token j" means nothing (a digit maps to
+#    several words, lengths differ); which input to read is left to the content.
+# 3. Greedy decoding commits to the most likely token at each step; beam search keeps the
+#    W best partial hypotheses by summed log-probability, so a less likely first token
+#    can win when what follows it is much more likely (an early "seven" that could start
+#    "seven thousand" or "seven hundred"). Every token adds a negative log-probability, so
+#    summed scores prefer short hypotheses: without the length penalty (the sum divided
+#    by length^alpha, as Hugging Face defines it) a beam that ends early with `</s>` beats
+#    the complete answer.
+#
+# Marking: 1 point per part. (1) what is computed once per input against once per token,
+# and one honest cost; (2) sharing as a saving of parameters with the same distance for
+# every layer, and the absence of a common position axis in cross-attention; (3) a case
+# where greedy and beam differ, and the bias of summed log-probabilities towards short
+# outputs that the length penalty corrects.
+# ### END SOLUTION
 
 # %% [markdown]
 # ## What to hand in
