@@ -70,6 +70,9 @@ class CheckRecord:
     #: The diagnosis ruled out every named mistake with this check's pitfall (each answered
     #: otherwise, or breaks an exercise the student passed in full): it is not theirs.
     pitfall_ruled_out: bool = False
+    #: What the check measured, shown beside the score even when it passes (a trained
+    #: checkpoint's accuracy or loss): the check's ``record_property("measured", text)``.
+    measured: str = ""
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)

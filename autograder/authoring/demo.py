@@ -50,6 +50,8 @@ def demo(
         )
         records = report.collect(course, name)
         log("\n" + report.as_table(records) + "\n")
+        for measured in report.measured(course, name, "reference"):
+            log(f"The reference's {measured}")
         (reports / f"{name}.json").write_text(report.as_json(records))
         (reports / f"{name}.csv").write_text(report.as_csv(records))
         report.plot(records, reports / f"{name}.png")

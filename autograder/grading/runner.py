@@ -84,6 +84,8 @@ class _CheckPlugin:
                 property=item.get_closest_marker("property") is not None,
                 passed=report.outcome == "passed",
                 message=message.split("\nassert ")[0][:1500],
+                measured=next((str(value)[:300] for key, value in report.user_properties
+                               if key == "measured"), ""),
             ))
 
 

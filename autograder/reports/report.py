@@ -29,6 +29,19 @@ from ..grading.sanitize import grade_cell_ids
 from ..workspace.course import Course
 
 
+def measured(course: Course, name: str, student: str) -> list[str]:
+    """What the checks measured in one student's work (a trained checkpoint's accuracy or
+    loss), each text once, in the order the checks ran; empty when nothing was measured."""
+    result = read_result_file(course, name, student) or {}
+    found: list[str] = []
+    for summary in result.get("notebooks", {}).values():
+        for check in summary.get("checks", []):
+            text = check.get("measured") or ""
+            if text and text not in found:
+                found.append(text)
+    return found
+
+
 def collect(course: Course, name: str) -> list[dict]:
     """One record per student with a results file, sorted by student id."""
     spec = course.require_released(name)

@@ -136,9 +136,10 @@ def evaluate(submission) -> float:
 @pytest.mark.pitfall("Checkpoint missing, not causal, or undertrained")
 @pytest.mark.parametrize("step", range(1, STEPS + 1),
                          ids=[f"{10 * i}% of the points" for i in range(1, STEPS + 1)])
-def test_validation_loss(submission, step):
+def test_validation_loss(submission, step, record_property):
     """Your checkpoint's validation loss (nats/byte) reaches the level for this share."""
     loss = evaluate(submission)
+    record_property("measured", f"validation loss {loss:.3f} nats/byte")
     all_levels = levels()
     level = all_levels[step - 1]
     if loss > level:
