@@ -108,11 +108,12 @@ def plot_router_load(
                label="dropped")
         ax.axhline(capacity, ls="--", color="black", lw=1, label=f"capacity {capacity}")
         ax.axhline(n_tokens * k / n_experts, ls=":", color="tab:green", lw=1, label="even split")
-        ax.set_ylim(0, max(top, capacity) * 1.15)
+        # Head room above the tallest bar for the legend's two rows, so it never covers one.
+        ax.set_ylim(0, max(top, capacity) * 1.6)
         ax.set_xlabel("expert")
         ax.set_ylabel("assignments")
         ax.set_title(f"{title}\n{int(dropped.sum())} of {n_tokens * k} dropped", fontsize=9)
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=7, loc="upper center", ncol=2)
     ax = axes[2]
     for title, run, colour in runs:
         share = run["load"].max(1).values.float() / (n_tokens * k)
