@@ -41,6 +41,8 @@ export interface IAssignment {
   release: string | null;
   due: string | null;
   visibility: 'full' | 'names' | 'score' | 'off';
+  /** When course.toml's calendar changes what a check shows next, and to what. */
+  visibility_next?: { at: string; visibility: 'full' | 'names' | 'score' | 'off' } | null;
   released: boolean;
   notebooks: { id: string; path: string | null }[];
   exercises: IExercise[];

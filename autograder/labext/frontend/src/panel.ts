@@ -202,6 +202,13 @@ export class CoursePanel extends Widget {
     if (meta) {
       box.append(el('div', 'tc-meta', meta));
     }
+    if (a.visibility_next) {
+      const next = a.visibility_next;
+      const when = new Date(next.at);
+      const at = isNaN(when.getTime()) ? next.at : when.toLocaleString();
+      box.append(el('div', 'tc-meta tc-visibilityNext',
+        `Check my work shows ${SHOWS[a.visibility]} now; from ${at}, ${SHOWS[next.visibility]}.`));
+    }
     const running = this.checker.running;
     const checking = running !== null && a.notebooks.some(n => n.path === running);
     if (checking) {
@@ -367,6 +374,14 @@ function renderCheck(check: ICheck): HTMLElement {
 function statusMark(status: string): string {
   return { passing: '✓', failing: '✗', waiting: '◐', unchecked: '○' }[status] ?? '○';
 }
+
+/** What "Check my work" shows at each visibility setting of course.toml. */
+const SHOWS: Record<string, string> = {
+  full: 'each check with its message and hints',
+  names: 'the names of the checks',
+  score: 'your points only',
+  off: 'nothing (checking is off)'
+};
 
 function day(iso: string): string {
   const date = new Date(iso);
