@@ -342,7 +342,7 @@ async def test_open_fetches_one_copy_and_submit_asks_about_unwritten_or_unchecke
         assert again["path"] == opened["path"]  # fetched once, then the same copy
 
         (unwritten,) = [w for w in await handin() if "not written yet" in w]
-        assert "6 answer(s) not written yet" in unwritten, unwritten
+        assert "7 answer(s) not written yet" in unwritten, unwritten
         assert "Exercise 1a" in unwritten, unwritten
 
         # Work checked in another copy, saved after the fetched one: say so.
