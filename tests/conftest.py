@@ -1,13 +1,13 @@
 """How `make test` shares the suite between its pytest-xdist workers, and which
 checkpoint cache it uses.
 
-`make test` runs ``pytest -n 2 --dist loadgroup --no-loadscope-reorder`` (public
-pytest-xdist options). Every test gets the group of its file here, so each file goes
-whole to one worker and a module fixture (a class graded once, a JupyterLab server) is
-built once; the `autograder validate` cases (close to half of the suite's work) are
-groups of their own, since each grades its own throwaway course. Without reordering,
-xdist hands the groups out in collection order, which :func:`pytest_collection_modifyitems`
-sets: the longest units first, the short files filling the gaps around them.
+`make test` runs ``pytest -n 2 --dist loadfile``: each test file goes whole to one
+worker, so a module fixture (a class graded once, a JupyterLab server) is built once.
+Left as it is, xdist hands out the files with the most tests first, so the file of
+`autograder validate` cases (close to half of the suite's work) went to one worker as
+one unit, late in the run. Here each of those cases is a unit of its own (each grades
+its own throwaway course, so nothing is built twice) and the longest units start first,
+the rest following in xdist's usual order.
 
 The made submissions of 05, 07 and 08 train checkpoints. They come from the checkpoint
 cache (``~/.cache/autograder/checkpoints``, shared with `make demo` and `autograder
@@ -18,12 +18,10 @@ new machine."""
 
 from __future__ import annotations
 
-import collections
 import os
 import shutil
 import tempfile
-
-import pytest
+from collections import OrderedDict
 
 
 def pytest_configure(config):
@@ -62,19 +60,27 @@ LONGEST_FIRST = (
 )
 
 
-def work_unit(nodeid: str) -> str:
-    """The xdist group of a test: its file, or the test itself in :data:`SPLIT_PER_TEST`."""
-    path = nodeid.split("::", 1)[0]
-    return nodeid if path in SPLIT_PER_TEST else path
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadfile":
+        return None  # any other --dist keeps xdist's own scheduler
+    from xdist.scheduler import LoadFileScheduling
 
+    class LongestFirst(LoadFileScheduling):
+        """``--dist loadfile``, with :data:`SPLIT_PER_TEST` split and
+        :data:`LONGEST_FIRST` handed out before everything else."""
 
-def pytest_collection_modifyitems(config, items):
-    """Group each test with its file (see :func:`work_unit`) and put the longest units
-    first; the rest follow with the units of the most tests first (the order xdist's own
-    reordering gives). Without xdist only the order changes."""
-    rank = {unit: i for i, unit in enumerate(LONGEST_FIRST)}
-    units = {item: work_unit(item.nodeid) for item in items}
-    sizes = collections.Counter(units.values())
-    items.sort(key=lambda item: (rank.get(units[item], len(rank)), -sizes[units[item]]))
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(units[item]))
+        ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return nodeid if path in SPLIT_PER_TEST else path
+
+        def _assign_work_unit(self, node) -> None:
+            if not self.ordered:  # the queue is complete by the first assignment
+                rank = {scope: i for i, scope in enumerate(LONGEST_FIRST)}
+                order = sorted(self.workqueue, key=lambda s: rank.get(s, len(rank)))
+                self.workqueue = OrderedDict((s, self.workqueue[s]) for s in order)
+                self.ordered = True
+            super()._assign_work_unit(node)
+
+    return LongestFirst(config, log)
