@@ -9,7 +9,6 @@ person). Screenshots of the panel, light and dark theme, go to docs/images/.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -163,26 +162,3 @@ def test_check_my_work_turns_statuses_from_failing_to_passing(chromium, lab_serv
     finally:
         page.close()
 
-
-def test_the_panel_says_when_check_my_work_will_show_more(chromium, lab_server, workspace,
-                                                          tmp_path):
-    """course.toml's calendar: names only until the due date, everything after it; the
-    panel says what a check shows now and from when it shows more."""
-    outline = tmp_path / "course.toml"
-    outline.write_text(f'assignments = [{{ name = "{ASSIGNMENT}", due = 2999-01-01T09:00:00, '
-                       'visibility = "names", visibility_after_due = "full" }]\n')
-    settings = workspace.root / "autograder.json"
-    saved = settings.read_text()
-    settings.write_text(json.dumps({**json.loads(saved), "course_file": str(outline)}))
-    page = chromium.new_page()
-    try:
-        _open_and_check(page, lab_server, "solved/attention.ipynb")
-        note = page.locator(f"{PANEL} .tc-visibilityNext")
-        note.wait_for(state="visible", timeout=CHECK_TIMEOUT_MS)
-        text = note.inner_text()
-        assert text.startswith("Check my work shows the names of the checks now; from "), text
-        assert "2999" in text and text.endswith("each check with its message and hints."), text
-        page.locator(PANEL).screenshot(path=str(tmp_path / "course-panel-calendar.png"))
-    finally:
-        settings.write_text(saved)
-        page.close()
