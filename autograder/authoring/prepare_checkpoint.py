@@ -11,12 +11,18 @@ rest, the same for all of them:
    nothing tagged ``skip-grading``): :func:`assignment_cells`;
 2. look the checkpoint up in the checkpoint cache (``AUTOGRADER_PREPARE_SCRATCH``, which
    ``write_submissions`` points at :func:`checkpoint_cache_dir`), keyed by everything
-   training reads (:func:`cache_key`): the script, the cells training uses, the toolkit's
-   files, this module, and the versions of Python (the corpus is its standard library)
-   and torch. The reference and the mutants of exercises that training never calls
-   share one run (the runs overlap; a lock per key makes the later ones wait for the
-   first instead of training again), and a second ``validate`` or ``demo`` of an
-   unchanged assignment trains nothing;
+   training reads, in two parts. :func:`cache_key` hashes the script, the cells training
+   uses, this module, the toolkit's data files and the versions of Python (the corpus is
+   its standard library) and torch. The toolkit's code is keyed the way ccache's
+   manifests key headers: a run that trains records which of the toolkit's modules it
+   imported (:func:`imported_library_files`, kept beside the checkpoints as
+   ``<name>-<key>.reads.json``), and the checkpoint is stored under a second hash of
+   those files' contents (:func:`code_key`). So a change to a widget or a lecture's helper
+   reuses every checkpoint, and a change to a module training imports trains again. The
+   reference and the mutants of exercises that training never calls share one run (the
+   runs overlap; a lock per key makes the later ones wait for the first instead of
+   training again), and a second ``validate`` or ``demo`` of an unchanged assignment
+   trains nothing;
 3. otherwise execute the cells in one namespace (:func:`run_cells`; a failing cell is
    reported and skipped, as a broken submission's would be) and hand it to the script's
    ``train_and_save``;
@@ -59,11 +65,11 @@ def assignment_cells(nb: dict) -> list[tuple[str, str]]:
     return cells
 
 
-#: Code a training run reads besides the script and the notebook: the toolkit package
-#: (models, data, training loop; found without importing it, which would import torch)
-#: and this module (which cells run, and how).
+#: The toolkit package's folder (found without importing it, which would import torch):
+#: its modules that training imports are keyed by :func:`code_key`, its data files by
+#: :func:`cache_key`.
 _TOOLKIT = find_spec("toolkit")
-TRAINING_CODE = (*(_TOOLKIT.submodule_search_locations if _TOOLKIT else ()), __file__)
+LIBRARY = Path(_TOOLKIT.submodule_search_locations[0]) if _TOOLKIT else None
 
 
 def files_digest(paths) -> bytes:
@@ -80,12 +86,22 @@ def files_digest(paths) -> bytes:
     return digest.digest()
 
 
+def _library_data(library: Path | None) -> list[Path]:
+    """The library's files that are not Python modules (data a training run may open)."""
+    if library is None or not library.is_dir():
+        return []
+    return [f for f in sorted(library.rglob("*"))
+            if f.is_file() and f.suffix != ".py" and "__pycache__" not in f.parts]
+
+
 def cache_key(script: Path, cells: list[tuple[str, str]], not_for_training: set[str],
-              also_reads: tuple[Path, ...] = ()) -> str:
-    """A hash of everything a training run reads: the script, the cells that training uses,
-    :data:`TRAINING_CODE` and ``also_reads``, and the versions of Python and torch."""
+              also_reads: tuple[Path, ...] = (), library: Path | None = LIBRARY) -> str:
+    """A hash of what a training run reads besides the library's code: the script, the
+    cells that training uses, this module, the library's data files and ``also_reads``,
+    and the versions of Python and torch. The library's modules are keyed by
+    :func:`code_key`."""
     digest = hashlib.sha256(Path(script).read_bytes())
-    digest.update(files_digest((*TRAINING_CODE, *also_reads)))
+    digest.update(files_digest((__file__, *_library_data(library), *also_reads)))
     # The corpus is the standard library's source, so it changes with Python's version.
     # torch's installed version is read without importing torch (2 s): a run that finds
     # its checkpoint in the cache never needs torch.
@@ -94,6 +110,33 @@ def cache_key(script: Path, cells: list[tuple[str, str]], not_for_training: set[
         if grade_id not in not_for_training:
             digest.update(grade_id.encode() + b"\0" + source.encode() + b"\0")
     return digest.hexdigest()[:32]
+
+
+def imported_library_files(library: Path | None = LIBRARY) -> list[str]:
+    """The library's modules this process has imported, as paths relative to the library's
+    folder, sorted: what a training run that just ended read of the library's code."""
+    if library is None:
+        return []
+    root = library.resolve()
+    found = set()
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not path:
+            continue
+        path = Path(path).resolve()
+        if path.is_relative_to(root):
+            found.add(path.relative_to(root).as_posix())
+    return sorted(found)
+
+
+def code_key(files: list[str], library: Path | None = LIBRARY) -> str:
+    """A hash of the named library files' current contents (a file gone counts too)."""
+    digest = hashlib.sha256()
+    for name in files:
+        path = Path(library, name) if library is not None else Path(name)
+        content = path.read_bytes() if path.is_file() else b"\0missing"
+        digest.update(name.encode() + b"\0" + content + b"\0")
+    return digest.hexdigest()[:16]
 
 
 #: Cached checkpoints unused for this long are deleted by :func:`checkpoint_cache_dir`.
@@ -158,7 +201,8 @@ def prepare_checkpoint(
             returns the last training loss.
         steps: training steps, for the message.
         also_reads: files or folders training reads besides the toolkit (a data file of
-            the assignment's own), made part of the cache key.
+            the assignment's own), made part of the cache key. The toolkit's modules
+            need no listing: the ones training imports are recorded and keyed.
     """
     try:
         nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
@@ -167,31 +211,48 @@ def prepare_checkpoint(
         return 0
     cells = assignment_cells(nb)
     scratch = os.environ.get("AUTOGRADER_PREPARE_SCRATCH")
-    key = cache_key(script, cells, not_for_training, also_reads)
+    library = LIBRARY  # read at call time (a test points it elsewhere)
+    key = cache_key(script, cells, not_for_training, also_reads, library)
     lock = _open_lock(Path(scratch, f"{name}-{key}.lock"), student) if scratch else None
     if lock is None:  # no cache: train
         _train(student, cells, checkpoint, name, train_and_save, steps)
         return 0
-    cached = Path(scratch, f"{name}-{key}{Path(checkpoint).suffix}")
+    reads = Path(scratch, f"{name}-{key}.reads.json")
+    suffix = Path(checkpoint).suffix
     # Submissions are prepared in parallel: the first run of a key trains while later
     # runs of the same key wait here, then copy its checkpoint.
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if cached.is_file():
-            shutil.copyfile(cached, checkpoint)
-            os.utime(cached)  # recently used: not pruned
-            print(f"{student}: {checkpoint} from the cache ({cached})")
-            return 0
+        try:
+            read_before = json.loads(reads.read_text(encoding="utf-8"))["library"]
+        except (OSError, ValueError, KeyError, TypeError):
+            read_before = None  # never trained (or an unreadable record): train
+        if read_before is not None:
+            cached = Path(scratch, f"{name}-{key}-{code_key(read_before, library)}{suffix}")
+            if cached.is_file():
+                shutil.copyfile(cached, checkpoint)
+                os.utime(cached)  # recently used: not pruned
+                os.utime(reads)
+                print(f"{student}: {checkpoint} from the cache ({cached})")
+                return 0
         _train(student, cells, checkpoint, name, train_and_save, steps)
         if Path(checkpoint).is_file():
+            read_now = imported_library_files(library)
+            cached = Path(scratch, f"{name}-{key}-{code_key(read_now, library)}{suffix}")
             # Copy, then rename: a run stopped mid-copy leaves no truncated checkpoint
-            # for every later run to reuse.
-            partial = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
+            # (or record) for every later run to reuse.
             try:
-                shutil.copyfile(checkpoint, partial)
-                os.replace(partial, cached)
+                for target, write in (
+                        (cached, lambda to: shutil.copyfile(checkpoint, to)),
+                        (reads, lambda to: Path(to).write_text(
+                            json.dumps({"library": read_now}, indent=0), encoding="utf-8"))):
+                    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+                    try:
+                        write(partial)
+                        os.replace(partial, target)
+                    finally:
+                        partial.unlink(missing_ok=True)
             except OSError as exc:  # a full disk costs the next run a training, no more
-                partial.unlink(missing_ok=True)
                 print(f"{student}: {checkpoint} not cached ({exc})")
     return 0
 

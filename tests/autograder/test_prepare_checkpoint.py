@@ -202,28 +202,68 @@ def test_a_data_file_named_in_also_reads_is_part_of_the_key(tmp_path, monkeypatc
     assert "trained" in out and trained_on == "second corpus"
 
 
-def test_key_follows_the_code_training_reads(tmp_path):
+def test_key_follows_the_library_data_not_its_modules(tmp_path):
     script = tmp_path / "s.py"
     script.write_text("pass")
     library = tmp_path / "toolkit"
     library.mkdir()
     (library / "models.py").write_text("WIDTH = 64")
+    (library / "corpus.txt").write_text("first")
     cells = assignment_cells(_notebook(1, "a"))
-    key = lambda: cache_key(script, cells, set(), also_reads=(library,))  # noqa: E731
+    key = lambda: cache_key(script, cells, set(), library=library)  # noqa: E731
     before = key()
     (library / "__pycache__").mkdir()
     (library / "__pycache__" / "models.cpython-311.pyc").write_bytes(b"\0")
     assert key() == before  # byte code is not code that changed
     (library / "models.py").write_text("WIDTH = 128")
-    assert key() != before
-    (library / "models.py").write_text("WIDTH = 64")
-    assert key() == before
-    (library / "data.py").write_text("")
-    assert key() != before
-    # the real key covers the toolkit and the module that runs the cells
-    from autograder.authoring import prepare_checkpoint
-    covered = [Path(p).name for p in prepare_checkpoint.TRAINING_CODE]
-    assert covered == ["toolkit", "prepare_checkpoint.py"]
+    assert key() == before  # modules are keyed by what training imports (code_key)
+    (library / "corpus.txt").write_text("second")
+    assert key() != before  # data a training run may open is keyed here
+
+
+def test_only_the_modules_training_imports_retrain(tmp_path, monkeypatch, capsys):
+    """A change to a module training never imported (a widget) reuses the checkpoint; a
+    change to one it imported trains again; going back finds the first checkpoint."""
+    import importlib
+
+    from autograder.authoring import prepare_checkpoint as pc
+
+    library = tmp_path / "lib" / "toylib"
+    library.mkdir(parents=True)
+    (library / "__init__.py").write_text("")
+    (library / "models.py").write_text("WIDTH = 64\n")
+    (library / "widgets.py").write_text("COLOUR = 'red'\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    monkeypatch.setattr(pc, "LIBRARY", library)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+
+    def train_and_save(namespace):
+        models = importlib.import_module("toylib.models")
+        importlib.reload(models)  # this process trains again: read the file as it is now
+        Path("model.bin").write_text(f"{namespace['ANSWER']} {models.WIDTH}")
+        return 0.5
+
+    def prepare(student):
+        folder = _prepare_here(tmp_path, monkeypatch, student, cache, train_and_save)
+        return capsys.readouterr().out, (folder / "model.bin").read_text()
+
+    try:
+        assert "trained" in prepare("first")[0]
+        (reads,) = cache.glob("toy-*.reads.json")
+        assert "models.py" in reads.read_text() and "widgets.py" not in reads.read_text()
+        (library / "widgets.py").write_text("COLOUR = 'blue'\n")
+        out, trained = prepare("widget-changed")
+        assert "from the cache" in out and trained == "42 64"
+        (library / "models.py").write_text("WIDTH = 128\n")
+        out, trained = prepare("model-changed")
+        assert "trained" in out and trained == "42 128"
+        (library / "models.py").write_text("WIDTH = 64\n")
+        out, trained = prepare("model-back")
+        assert "from the cache" in out and trained == "42 64"
+    finally:
+        for name in [m for m in sys.modules if m == "toylib" or m.startswith("toylib.")]:
+            del sys.modules[name]
 
 
 def test_cache_folder_setting_and_pruning(tmp_path, monkeypatch, capsys):

@@ -11,7 +11,8 @@ for the kernel to finish. Then:
   displaying widget" and no traceback.
 * Every error is one short line saying which exercise is missing (from the named stub
   and ``toolkit.notebook.friendly_errors``), never a Python traceback or a cascade
-  of ``NameError``.
+  of ``NameError``; where the line wraps, it wraps between words (the extension's style
+  sheet; JupyterLab's own cuts output text at any character).
 
 A screenshot of each notebook's last screen goes to the test's tmp dir.
 """
@@ -41,7 +42,23 @@ CELLS_JS = """
   const errors = out ? Array.from(out.querySelectorAll(
       '[data-mime-type="application/vnd.jupyter.stderr"]')) : [];
   const imgs = out ? Array.from(out.querySelectorAll('img.widget-image')) : [];
+  // Words of the error lines that the page cut across two lines (drawn in two boxes).
+  const cut = [];
+  for (const e of errors) {
+    const walker = document.createTreeWalker(e, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const m of node.textContent.matchAll(/\S+/g)) {
+        if (m[0].length > 40) continue;  // a word longer than a line may break
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const tops = new Set(Array.from(range.getClientRects()).map(r => Math.round(r.top)));
+        if (tops.size > 1) cut.push(m[0]);
+      }
+    }
+  }
   return {
+    cut,
     prompt: (cell.querySelector('.jp-InputPrompt') || {}).innerText || '',
     text: out ? out.innerText : '',
     errors: errors.map(e => e.innerText),
@@ -151,6 +168,9 @@ def test_run_all_reaches_the_end_of_every_fresh_notebook(chromium, lab_server, r
                 if not _says_what_is_missing(text):
                     failures.append(f"{path}: cell {i} failed without saying which exercise "
                                     f"is missing:\n{text[:800]}")
+                if states[i]["cut"]:
+                    failures.append(f"{path}: cell {i}'s message cuts words across lines "
+                                    f"({states[i]['cut'][:5]}):\n{text[:800]}")
             print(f"{path}: {len(states)} code cells ran, {len(widget_cells)} widgets, "
                   f"{len(errored)} cells wait for an exercise")
         finally:
