@@ -80,6 +80,8 @@ test-fast: $(STAMP) $(LABEXT)
 # `make lab LAB=student` a student's (course-student/: lectures and the assignments the
 # student fetches, submits and gets feedback for; no sources, gradebook or other students).
 LAB ?= instructor
+# Jupyter refuses to start as root unless told to; in a container root is the usual user.
+LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: $(STAMP) $(LABEXT)
 	$(VENV)/bin/autograder init
 	$(VENV)/bin/autograder release --all
@@ -87,12 +89,12 @@ ifeq ($(LAB),student)
 	$(PY) -m autograder.student.lab_wheel course-student
 	@echo "The student's lab: course-student/ (the Course panel's Open fetches each assignment)"
 	cd course-student && JUPYTER_CONFIG_PATH="$(CURDIR)/course-student/.lab$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
-	  "$(CURDIR)/$(VENV)/bin/jupyter" lab
+	  "$(CURDIR)/$(VENV)/bin/jupyter" lab $(LAB_FLAGS)
 else
 	@echo "Student notebooks: course-workspace/release/<assignment>/, lectures: course-workspace/lectures/"
 	@# Rooted in the workspace, where nbgrader finds nbgrader_config.py: formgrader, the
 	@# assignment list and the exchange all work from there.
-	cd course-workspace && "$(CURDIR)/$(VENV)/bin/jupyter" lab
+	cd course-workspace && "$(CURDIR)/$(VENV)/bin/jupyter" lab $(LAB_FLAGS)
 endif
 
 lint: $(STAMP)
