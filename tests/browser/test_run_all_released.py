@@ -47,7 +47,7 @@ CELLS_JS = """
   for (const e of errors) {
     const walker = document.createTreeWalker(e, NodeFilter.SHOW_TEXT);
     for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-      for (const m of node.textContent.matchAll(/\S+/g)) {
+      for (const m of node.textContent.matchAll(/\\S+/g)) {
         if (m[0].length > 40) continue;  // a word longer than a line may break
         const range = document.createRange();
         range.setStart(node, m.index);
