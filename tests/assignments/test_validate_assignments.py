@@ -6,17 +6,16 @@ mutant in assignment.toml must lose points on each grade cell it says it breaks.
 
 import pytest
 
-from autograder.workspace.course import ASSIGNMENTS_DIR, Course, available_assignments
-from autograder.grading.grade import grade
-from autograder.reports.report import collect
 from autograder.authoring.submissions import make_class, write_submissions
 from autograder.authoring.validate import expectations
+from autograder.grading.grade import grade
+from autograder.reports.report import collect
+from autograder.workspace.course import ASSIGNMENTS_DIR, Course, available_assignments
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("name", available_assignments(ASSIGNMENTS_DIR))
-def test_validate(name, tmp_path):
+def validate(name, tmp_path):
     course = Course(tmp_path / "course")
     course.init()
     course.release(name)
@@ -28,3 +27,19 @@ def test_validate(name, tmp_path):
     failed = [f"{r['student']}: expected {r['expected']}, got {r['detail']}"
               + "".join(f"\n  - {line}" for line in r["why"]) for r in rows if not r["ok"]]
     assert not failed, "\n".join(failed)
+
+
+def validation_class(name: str) -> type:
+    """``TestValidate_<name>``: `make test` (``--dist loadscope``) hands each test class to
+    a worker as a unit of its own, so the validations of two assignments run side by side
+    (each grades its own throwaway course)."""
+    @pytest.mark.parametrize("name", [name])
+    def test_validate(self, name, tmp_path):
+        validate(name, tmp_path)
+
+    return type(f"TestValidate_{name.replace('-', '_')}", (), {"test_validate": test_validate})
+
+
+for _name in available_assignments(ASSIGNMENTS_DIR):
+    _cls = validation_class(_name)
+    globals()[_cls.__name__] = _cls
