@@ -20,7 +20,9 @@ means something on a CPU, where the kernels run in Triton's interpreter:
    by no-ops: every ATen operation around the kernels is real, so its bytes are the
    real ones. Counted at batch 1 and multiplied by 16 (each is linear in the batch).
    16-bit tensors (fp16 stands in for bf16, which the interpreter refuses).
-4. **Host time** (``--tables host``): microseconds of Python and ATen work per layer
+4. **Grids** (``--tables grids``): programs per launch at those shapes for every tile
+   size the GPU may use (how much of the GPU one launch can fill).
+5. **Host time** (``--tables host``): microseconds of Python and ATen work per layer
    (forward + backward) with the kernels as no-ops, against the SDPA backend at a shape
    so small that its arithmetic is negligible; and one ``triton.autotune`` look-up
    with the kernel itself stubbed out.
@@ -178,6 +180,7 @@ class CountingOps(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.ops = defaultdict(lambda: [0, 0])
+        self.allocated = 0  # bytes of the tensors made by allocations (alloc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -185,6 +188,8 @@ class CountingOps(TorchDispatchMode):
         flat_out = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         first = flat_out[0] if flat_out else None
         kind = _kind(func, args, first)
+        if kind == "alloc":
+            self.allocated += _nbytes(flat_out)
         if kind in ("view", "alloc"):
             moved = 0
         elif kind == "fill":
@@ -305,15 +310,39 @@ def table_bytes() -> None:
                 f"{name_}x{c}" for (kind, name_), (c, _) in sorted(ops.ops.items())
                 if kind in ("alloc", "fill", "copy", "cast"))
             moved = sum(v[1] for v in around.values()) * batch  # batch 1 counted: linear in B
+            allocated = ops.allocated * batch
             rows.append([name, backend, str(n_layers * sum(launches.count.values())),
                          str(n_layers * sum(v[0] for v in around.values())),
-                         f"{n_layers * moved / 2**20:.1f}", detail or "-"])
+                         f"{n_layers * moved / 2**20:.1f}", f"{n_layers * allocated / 2**20:.1f}",
+                         detail or "-"])
     print_table(
         "Around the attention, per training step (every layer's forward + backward), "
         "16-bit, batch 16: Triton launches, and ATen allocations, fills, copies and casts "
         "with the bytes they move (the fused SDPA op's own work is not listed)",
-        ["shape", "backend", "Triton launches", "ATen ops around", "MiB moved", "ops (per layer)"],
+        ["shape", "backend", "Triton launches", "ATen ops around", "MiB moved", "MiB allocated",
+         "ops (per layer)"],
         rows)
+
+
+def table_grids() -> None:
+    """Programs per launch at the GPU shapes, for every tile size the GPU may use."""
+    from toolkit.kernels.flash_backward_kernels import bwd_dkdv_tuned, bwd_dq_tuned
+    from toolkit.kernels.runtime import cdiv
+
+    rows = []
+    for name, _, _, n_heads, T, batch in GPU_SHAPES:
+        H, H_kv = n_heads, n_heads // 2
+        rows.append([name, "forward (BLOCK_M 128, not tuned)", str(cdiv(T, 128) * batch * H)])
+        rows.append([name, "backward: preprocess (64 rows)", str(cdiv(T, 64) * batch * H)])
+        for label, tuned, block, heads in (("dK, dV", bwd_dkdv_tuned, "BLOCK_N", H_kv),
+                                           ("dQ", bwd_dq_tuned, "BLOCK_M", H)):
+            counts = sorted({cdiv(T, c.kwargs[block]) * batch * heads for c in tuned.configs})
+            blocks = sorted({c.kwargs[block] for c in tuned.configs})
+            rows.append([name, f"backward: {label} ({block} {'/'.join(map(str, blocks))})",
+                         " / ".join(map(str, counts))])
+    print_table("Programs per launch at the GPU shapes, batch 16, for each tile size the "
+                "autotuner may choose (an H100 or H200 has 132 SMs)",
+                ["shape", "kernel", "programs"], rows)
 
 
 # ----------------------------------------------------------------- host time
@@ -372,18 +401,36 @@ def _autotune_lookup(repeat: int) -> list[list[str]]:
         key = [{**nargs, **kwargs}[k] for k in bwd_dq_tuned.keys]
         key += [str(a.dtype) for a in nargs.values() if hasattr(a, "dtype")]
         bwd_dq_tuned.cache[tuple(key)] = bwd_dq_tuned.configs[0]  # as after the first tuning
-        seconds = _host_seconds(lambda: bwd_dq_tuned.run(*args, **kwargs), repeat * 10)
-        tuned = len(bwd_dq_tuned.cache)
+        autotuner = _host_seconds(lambda: bwd_dq_tuned.run(*args, **kwargs), repeat * 10)
     finally:
         bwd_dq_tuned.fn, bwd_dq_tuned.cache = real_fn, real_cache
-    return [[f"one triton.autotune look-up on a cached key (dQ kernel, {len(args)} arguments; "
-             f"{tuned} key(s) cached, no re-tuning)", f"{seconds * 1e6:.1f}"]]
+
+    class _StubKernel:  # kernel[grid](*args, **kwargs) does nothing
+        def __getitem__(self, grid):
+            return _Stub.run
+
+    tune_key = (128, 128, 32, True, 2, torch.float16)
+    chosen = {(bwd_dq_tuned, tune_key): bwd_dq_tuned.configs[0]}
+    real_chosen, flash_backward_tuned._CHOSEN = flash_backward_tuned._CHOSEN, chosen
+    try:
+        direct = _host_seconds(lambda: flash_backward_tuned._launch(
+            _StubKernel(), bwd_dq_tuned, {}, tune_key,
+            lambda meta: (flash_backward_tuned.cdiv(128, meta["BLOCK_M"]), 64), args, kwargs),
+            repeat * 10)
+    finally:
+        flash_backward_tuned._CHOSEN = real_chosen
+    return [
+        [f"one triton.autotune look-up on a cached key (dQ kernel, {len(args)} arguments; "
+         "no re-tuning): what each autotuned launch paid before", f"{autotuner * 1e6:.1f}"],
+        ["the same launch's look-up now (flash_backward_tuned._launch: chosen config, grid)",
+         f"{direct * 1e6:.1f}"],
+    ]
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tables", default="launches,ops,bytes,host",
-                   help="comma list of: launches, ops, bytes, host")
+    p.add_argument("--tables", default="launches,ops,bytes,grids,host",
+                   help="comma list of: launches, ops, bytes, grids, host")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     if not interpreter_active():
@@ -404,6 +451,8 @@ def main(argv=None) -> None:
             table_ops(steps)
     if "bytes" in tables:
         table_bytes()
+    if "grids" in tables:
+        table_grids()
     if "host" in tables:
         table_host()
 
