@@ -233,6 +233,27 @@ def test_autograd_function_matches_sdpa_with_enable_gqa(causal):
 
 
 @kernel_test
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_autograd_backward_equals_the_checked_backward_bit_for_bit(dtype):
+    """The Function's backward skips the argument checks (its forward made the checks and
+    the tensors): same gradients, bit for bit, as the public backward; also for a
+    ``dout`` with zero strides (``out.sum().backward()``)."""
+    B, H, H_kv, N, d = 2, 4, 2, 33, 24
+    qkv = rand(B, N, H + 2 * H_kv, d, seed=5, dtype=dtype)
+    q, k, v = (t.transpose(1, 2) for t in qkv.split((H, H_kv, H_kv), dim=2))
+    for dout in (rand(B, H, N, d, seed=6, dtype=dtype), None):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = triton_attention(*leaves, causal=True)
+        (out.sum() if dout is None else out).backward(None if dout is None else dout)
+        want_out, lse = flash_attention_tuned(q, k, v, causal=True)
+        assert torch.equal(out.detach(), want_out)
+        grad = torch.ones_like(want_out) if dout is None else dout
+        want = flash_attention_backward_tuned(q, k, v, want_out, lse, grad, True)
+        for leaf, w in zip(leaves, want):
+            assert torch.equal(leaf.grad, w)
+
+
+@kernel_test
 def test_fp16_default_blocks_strided_inputs_and_scale():
     # (B, N, H, d) memory viewed as (B, H, N, d), a padded head size (24 -> 32), fp16
     q = rand(1, 37, 4, 24, seed=50, dtype=torch.float16).transpose(1, 2)

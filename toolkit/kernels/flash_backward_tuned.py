@@ -118,6 +118,18 @@ def flash_attention_backward_tuned(
         input dtype; ``dk``, ``dv`` summed over the query heads sharing a KV head.
     """
     interpreting = _check_backward_args(q, k, v, out, lse, dout)
+    return backward_unchecked(q, k, v, out, lse, dout, causal, scale=scale, block_m=block_m,
+                              block_n=block_n, interpreting=interpreting)
+
+
+def backward_unchecked(q, k, v, out, lse, dout, causal=False, *, scale=None, block_m=None,
+                       block_n=None, interpreting: bool | None = None):
+    """:func:`flash_attention_backward_tuned` without its argument checks, for
+    :class:`toolkit.kernels.TritonFlashAttention`, whose forward checked ``q, k, v`` and
+    made ``out`` and ``lse``, and whose ``dout`` autograd gives ``out``'s shape, dtype
+    and device. Same arguments and results."""
+    if interpreting is None:
+        interpreting = _interpreted(bwd_dq_kernel)
     B, H, N_q, d = q.shape
     H_kv, N_k = k.shape[1], k.shape[2]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
