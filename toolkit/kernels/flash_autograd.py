@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from toolkit.kernels.flash_backward_tuned import backward_unchecked
+from toolkit.kernels.flash_backward_tuned import _backward_unchecked
 from toolkit.kernels.flash_tuned import flash_attention_tuned
 
 
@@ -43,7 +43,7 @@ class TritonFlashAttention(torch.autograd.Function):
     def backward(ctx, dout: Tensor):
         q, k, v, out, lse = ctx.saved_tensors
         # the forward checked q, k, v; autograd gives dout out's shape, dtype and device
-        dq, dk, dv = backward_unchecked(q, k, v, out, lse, dout, ctx.causal, scale=ctx.scale)
+        dq, dk, dv = _backward_unchecked(q, k, v, out, lse, dout, ctx.causal, scale=ctx.scale)
         return dq, dk, dv, None, None
 
 

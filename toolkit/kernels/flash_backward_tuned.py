@@ -35,9 +35,9 @@ from toolkit.kernels.runtime import (
     _ENABLE_HINT,
     HAS_TRITON,
     LOG2E,
+    _cdiv,
     _interpreted,
-    cdiv,
-    next_power_of_2,
+    _next_power_of_2,
     tl,
 )
 
@@ -118,11 +118,11 @@ def flash_attention_backward_tuned(
         input dtype; ``dk``, ``dv`` summed over the query heads sharing a KV head.
     """
     interpreting = _check_backward_args(q, k, v, out, lse, dout)
-    return backward_unchecked(q, k, v, out, lse, dout, causal, scale=scale, block_m=block_m,
+    return _backward_unchecked(q, k, v, out, lse, dout, causal, scale=scale, block_m=block_m,
                               block_n=block_n, interpreting=interpreting)
 
 
-def backward_unchecked(q, k, v, out, lse, dout, causal=False, *, scale=None, block_m=None,
+def _backward_unchecked(q, k, v, out, lse, dout, causal=False, *, scale=None, block_m=None,
                        block_n=None, interpreting: bool | None = None):
     """:func:`flash_attention_backward_tuned` without its argument checks, for
     :class:`toolkit.kernels.TritonFlashAttention`, whose forward checked ``q, k, v`` and
@@ -136,7 +136,7 @@ def backward_unchecked(q, k, v, out, lse, dout, causal=False, *, scale=None, blo
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     if q.numel() == 0 or k.numel() == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
-    block_d = max(16, next_power_of_2(d))
+    block_d = max(16, _next_power_of_2(d))
     fixed = {}
     if interpreting or block_m is not None or block_n is not None:
         fixed = {"BLOCK_M": block_m or _INTERPRETER_BLOCKS,
@@ -149,7 +149,7 @@ def backward_unchecked(q, k, v, out, lse, dout, causal=False, *, scale=None, blo
     delta = torch.empty(B * H, N_q, dtype=stats_dtype, device=q.device)
     lse2 = torch.empty_like(delta)
     pre_block = 64
-    bwd_preprocess_kernel[(cdiv(N_q, pre_block), B * H)](
+    bwd_preprocess_kernel[(_cdiv(N_q, pre_block), B * H)](
         out, dout, lse, delta, lse2,
         *out.stride(), *dout.stride(), *lse.stride(),
         H, N_q, d,
@@ -164,7 +164,7 @@ def backward_unchecked(q, k, v, out, lse, dout, causal=False, *, scale=None, blo
     tune_key = (N_q, N_k, d, bool(causal), H // H_kv, q.dtype)
     _launch(
         bwd_dkdv_kernel, bwd_dkdv_tuned, fixed, tune_key,
-        lambda meta: (cdiv(N_k, meta["BLOCK_N"]), B * H_kv),
+        lambda meta: (_cdiv(N_k, meta["BLOCK_N"]), B * H_kv),
         (q, k, v, dout, lse2, delta, dk, dv,
          *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
          H_kv, H // H_kv, N_q, N_k, d,
@@ -173,7 +173,7 @@ def backward_unchecked(q, k, v, out, lse, dout, causal=False, *, scale=None, blo
     )  # fmt: skip
     _launch(
         bwd_dq_kernel, bwd_dq_tuned, fixed, tune_key,
-        lambda meta: (cdiv(N_q, meta["BLOCK_M"]), B * H),
+        lambda meta: (_cdiv(N_q, meta["BLOCK_M"]), B * H),
         (q, k, v, dout, lse2, delta, dq,
          *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride(),
          H, H // H_kv, N_q, N_k, d,

@@ -56,7 +56,7 @@ _ENABLE_HINT = (
 )
 
 
-def cdiv(a: int, b: int) -> int:
+def _cdiv(a: int, b: int) -> int:
     """``ceil(a / b)`` for ``b > 0``, in plain Python, for launch grids.
 
     Equal to ``triton.cdiv``, which is a ``@triton.constexpr_function``: called from
@@ -65,9 +65,9 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def next_power_of_2(n: int) -> int:
+def _next_power_of_2(n: int) -> int:
     """The smallest power of two ``>= n`` for ``n >= 1`` (``triton.next_power_of_2``'s
-    value, without its wrapper's cost; see :func:`cdiv`)."""
+    value, without its wrapper's cost; see :func:`_cdiv`)."""
     return 1 << (n - 1).bit_length()
 
 
