@@ -215,9 +215,9 @@ def tiny_config(backend: str) -> GPTConfig:
                             attention_backend=backend)
 
 
-def training_step(backend: str, batch: int = 2, T: int = 32, seed: int = 0):
-    """One step (forward, loss, backward, clip, AdamW) of the tiny modern GPT, returning
-    ``(launches, ops)``; a first, uncounted step warms everything up."""
+def _step_function(backend: str, batch: int = 2, T: int = 32, seed: int = 0):
+    """A function that runs one step (forward, loss, backward, clip, AdamW) of the tiny
+    modern GPT, always on the same batch."""
     torch.manual_seed(seed)
     model = GPT(tiny_config(backend))
     opt = configure_optimizer(model, 1e-3, 0.1)
@@ -231,6 +231,13 @@ def training_step(backend: str, batch: int = 2, T: int = 32, seed: int = 0):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
+    return step
+
+
+def training_step(backend: str, batch: int = 2, T: int = 32, seed: int = 0):
+    """One step of :func:`_step_function` counted: ``(launches, ops)``; a first,
+    uncounted step warms everything up."""
+    step = _step_function(backend, batch, T, seed)
     step()
     with counting_launches() as launches, CountingOps() as ops:
         step()
@@ -327,16 +334,16 @@ def table_bytes() -> None:
 def table_grids() -> None:
     """Programs per launch at the GPU shapes, for every tile size the GPU may use."""
     from toolkit.kernels.flash_backward_kernels import bwd_dkdv_tuned, bwd_dq_tuned
-    from toolkit.kernels.runtime import cdiv
+    from toolkit.kernels.runtime import _cdiv
 
     rows = []
     for name, _, _, n_heads, T, batch in GPU_SHAPES:
         H, H_kv = n_heads, n_heads // 2
-        rows.append([name, "forward (BLOCK_M 128, not tuned)", str(cdiv(T, 128) * batch * H)])
-        rows.append([name, "backward: preprocess (64 rows)", str(cdiv(T, 64) * batch * H)])
+        rows.append([name, "forward (BLOCK_M 128, not tuned)", str(_cdiv(T, 128) * batch * H)])
+        rows.append([name, "backward: preprocess (64 rows)", str(_cdiv(T, 64) * batch * H)])
         for label, tuned, block, heads in (("dK, dV", bwd_dkdv_tuned, "BLOCK_N", H_kv),
                                            ("dQ", bwd_dq_tuned, "BLOCK_M", H)):
-            counts = sorted({cdiv(T, c.kwargs[block]) * batch * heads for c in tuned.configs})
+            counts = sorted({_cdiv(T, c.kwargs[block]) * batch * heads for c in tuned.configs})
             blocks = sorted({c.kwargs[block] for c in tuned.configs})
             rows.append([name, f"backward: {label} ({block} {'/'.join(map(str, blocks))})",
                          " / ".join(map(str, counts))])
@@ -374,6 +381,15 @@ def table_host(repeat: int = 200) -> None:
     with counting_launches(execute=False):
         rows.append(["triton, kernels as no-ops (Python wrapper, checks, allocations, "
                      "autograd.Function)", f"{_host_seconds(layer('triton'), repeat) * 1e6:.0f}"])
+    for backend in ("sdpa", "triton"):
+        step = _step_function(backend)
+        with counting_launches(execute=False):
+            seconds = _host_seconds(step, max(1, repeat // 10))
+        cfg = tiny_config(backend)
+        rows.append([f"whole training step, {backend}"
+                     + (", kernels as no-ops" if backend == "triton" else "")
+                     + f" (d {cfg.d_model}, {cfg.n_layers} layers, batch 2 x T 32, AdamW)",
+                     f"{seconds * 1e6:.0f}"])
     rows += _autotune_lookup(repeat)
     print_table(
         f"Host time per layer, forward + backward, B {B}, T {T}, {H} heads ({H_kv} KV), "
@@ -415,7 +431,7 @@ def _autotune_lookup(repeat: int) -> list[list[str]]:
     try:
         direct = _host_seconds(lambda: flash_backward_tuned._launch(
             _StubKernel(), bwd_dq_tuned, {}, tune_key,
-            lambda meta: (flash_backward_tuned.cdiv(128, meta["BLOCK_M"]), 64), args, kwargs),
+            lambda meta: (flash_backward_tuned._cdiv(128, meta["BLOCK_M"]), 64), args, kwargs),
             repeat * 10)
     finally:
         flash_backward_tuned._CHOSEN = real_chosen
