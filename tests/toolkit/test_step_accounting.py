@@ -1,7 +1,7 @@
-"""benchmarks/step_accounting.py on a tiny step, in the Triton interpreter: the Triton
-backend launches four kernels per layer and step, and adds no copy, cast or fill to a
-training step that the SDPA backend does not have (only allocations of its outputs and
-statistics). Counted, never timed.
+"""benchmarks/step_accounting.py (and step_profile.py) on a tiny step, in the Triton
+interpreter: the Triton backend launches four kernels per layer and step, and adds no
+copy, cast or fill to a training step that the SDPA backend does not have (only
+allocations of its outputs and statistics). Counted, never timed.
 
 A fresh process, because ``TRITON_INTERPRET`` must be set before triton is first imported.
 """
@@ -61,3 +61,15 @@ def test_triton_backend_adds_no_copy_cast_or_fill(counted):
     assert counted["copy_bytes"]["triton"] == counted["copy_bytes"]["sdpa"]
     # out, lse, dq, dk, dv, D and the base-2 log-sum-exp: seven allocations per layer
     assert triton.get("alloc", 0) - sdpa.get("alloc", 0) == 7 * counted["layers"]
+
+
+def test_step_profile_runs_both_backends_in_the_interpreter():
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/step_profile.py", "--shape", "tiny", "--steps", "1",
+         "--warmup", "1", "--rows", "40"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "sdpa: " in proc.stdout and "triton: " in proc.stdout
+    assert "TritonFlashAttentionBackward" in proc.stdout  # the Triton path was profiled
