@@ -28,6 +28,7 @@ import time
 from contextlib import nullcontext
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from toolkit.models import GPT, GPTConfig
@@ -100,11 +101,16 @@ def profile_backend(backend: str, args) -> None:
     events = prof.key_averages()
     line = f"\n{backend}: {wall_ms:.2f} ms per step (wall clock, no profiler)"
     if device.type == "cuda":
-        kernel_ms = sum(_device_us(e) for e in events) / args.steps / 1e3
+        # the kernels' own entries (device events), not the CPU ops that launched them
+        kernels = [e for e in events if getattr(e, "device_type", None) == DeviceType.CUDA]
+        kernel_ms = sum(_device_us(e) for e in kernels) / args.steps / 1e3
         line += (f"; kernels {kernel_ms:.2f} ms per step, {kernel_ms / wall_ms:.0%} of the "
                  "wall clock (well under 100%: the GPU waits on the host)")
     print(line)
-    sort_by = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    sort_by = "self_cpu_time_total"
+    if device.type == "cuda":
+        sort_by = next((name for name in ("self_device_time_total", "self_cuda_time_total")
+                        if events and hasattr(events[0], name)), "self_cpu_time_total")
     print(events.table(sort_by=sort_by, row_limit=args.rows))
 
 
