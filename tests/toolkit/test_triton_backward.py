@@ -28,6 +28,7 @@ from toolkit.kernels import (  # noqa: E402
     HAS_TRITON,
     flash_attention_backward_triton,
     flash_attention_backward_tuned,
+    flash_attention_tuned,
     interpreter_active,
     triton_attention,
 )
@@ -131,6 +132,55 @@ def test_tuned_backward_matches_sdpa_and_the_tiled_reference(B, H, H_kv, N_q, N_
 
 
 @kernel_test
+@pytest.mark.parametrize("causal", [False, True])
+def test_autotuned_launch_reuses_the_chosen_config_bit_for_bit(monkeypatch, causal):
+    """On a GPU the backward's kernels are autotuned. The first call of a key goes through
+    ``triton.autotune``; later calls launch the configuration it chose directly, without
+    its per-call look-up, and give the same gradients, bit for bit. A new key tunes again.
+
+    Runs in the interpreter too: the wrapper is told the kernels are compiled, and the
+    autotuner's timings are replaced by fixed numbers (a GPU is needed to time them)."""
+    from toolkit.kernels import flash_backward_tuned as backward
+    from toolkit.kernels.flash_backward_kernels import bwd_dkdv_tuned, bwd_dq_tuned
+
+    check = backward._check_backward_args
+    monkeypatch.setattr(backward, "_check_backward_args", lambda *args: check(*args) and False)
+    monkeypatch.setattr(backward, "_CHOSEN", {})
+    tunings = []
+    # the "fastest" configurations: (32, 64) for dK/dV, (64, 32) for dQ (small, quick to
+    # interpret), neither the first in its list
+    for tuned, fastest in ((bwd_dkdv_tuned, 2), (bwd_dq_tuned, 1)):
+        def bench(*args, config, _tuned=tuned, _fastest=fastest, **meta):
+            return [0.0 if config is _tuned.configs[_fastest] else 1.0]
+
+        def run(*args, _tuned=tuned, _run=tuned.run, **kwargs):
+            tunings.append(_tuned)  # the autotuner was called
+            return _run(*args, **kwargs)
+
+        monkeypatch.setattr(tuned, "_bench", bench)
+        monkeypatch.setattr(tuned, "run", run)
+        monkeypatch.setattr(tuned, "cache", {})
+
+    q, k, v, dout = problem(1, 4, 2, 40, 40, 16, seed=3)
+    out, lse = flash_attention_tuned(q, k, v, causal=causal)
+    first = flash_attention_backward_tuned(q, k, v, out, lse, dout, causal)
+    assert tunings == [bwd_dkdv_tuned, bwd_dq_tuned]
+    assert bwd_dkdv_tuned.best_config is bwd_dkdv_tuned.configs[2]
+    assert bwd_dq_tuned.best_config is bwd_dq_tuned.configs[1]
+    again = flash_attention_backward_tuned(q, k, v, out, lse, dout, causal)
+    assert len(tunings) == 2, "the second call of a key must not go through the autotuner"
+    for got, want in zip(again, first):
+        assert torch.equal(got, want)
+    assert_grads_close(again, sdpa_grads(q, k, v, dout, causal), atol=2e-5)
+
+    q, k, v, dout = problem(1, 4, 2, 24, 24, 16, seed=4)  # a new key: N 24
+    out, lse = flash_attention_tuned(q, k, v, causal=causal)
+    got = flash_attention_backward_tuned(q, k, v, out, lse, dout, causal)
+    assert len(tunings) == 4
+    assert_grads_close(got, sdpa_grads(q, k, v, dout, causal), atol=2e-5)
+
+
+@kernel_test
 @pytest.mark.parametrize("B,H,H_kv,N_q,N_k,d,causal", SHAPES[1:])
 def test_teaching_backward_matches_sdpa(B, H, H_kv, N_q, N_k, d, causal):
     q, k, v, dout = problem(B, H, H_kv, N_q, N_k, d, seed=10)
@@ -180,6 +230,27 @@ def test_autograd_function_matches_sdpa_with_enable_gqa(causal):
     ref_out.backward(dout)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
     assert_grads_close(got, [t.grad for t in ref], atol=2e-5)
+
+
+@kernel_test
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_autograd_backward_equals_the_checked_backward_bit_for_bit(dtype):
+    """The Function's backward skips the argument checks (its forward made the checks and
+    the tensors): same gradients, bit for bit, as the public backward; also for a
+    ``dout`` with zero strides (``out.sum().backward()``)."""
+    B, H, H_kv, N, d = 2, 4, 2, 33, 24
+    qkv = rand(B, N, H + 2 * H_kv, d, seed=5, dtype=dtype)
+    q, k, v = (t.transpose(1, 2) for t in qkv.split((H, H_kv, H_kv), dim=2))
+    for dout in (rand(B, H, N, d, seed=6, dtype=dtype), None):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = triton_attention(*leaves, causal=True)
+        (out.sum() if dout is None else out).backward(None if dout is None else dout)
+        want_out, lse = flash_attention_tuned(q, k, v, causal=True)
+        assert torch.equal(out.detach(), want_out)
+        grad = torch.ones_like(want_out) if dout is None else dout
+        want = flash_attention_backward_tuned(q, k, v, want_out, lse, grad, True)
+        for leaf, w in zip(leaves, want):
+            assert torch.equal(leaf.grad, w)
 
 
 @kernel_test

@@ -84,6 +84,20 @@ def check(q, k, v, causal, atol=1e-5, **blocks):
     return out
 
 
+def test_host_grid_arithmetic_equals_tritons():
+    """The launch grids use plain-Python ``_cdiv`` and ``_next_power_of_2`` (Triton's own
+    cost microseconds per call from the host); they must give Triton's numbers."""
+    import triton
+
+    from toolkit.kernels.runtime import _cdiv, _next_power_of_2
+
+    for a in range(0, 600):
+        for b in (1, 16, 32, 64, 128):
+            assert _cdiv(a, b) == triton.cdiv(a, b)
+    for n in range(1, 5000):
+        assert _next_power_of_2(n) == triton.next_power_of_2(n)
+
+
 @kernel_test
 @pytest.mark.parametrize(
     "B,H,N,d,causal",

@@ -2,7 +2,8 @@
 
 :class:`TritonFlashAttention` joins the Triton forward (which returns the output and
 the log-sum-exp) and the FlashAttention-2 backward
-(:func:`toolkit.kernels.flash_backward_tuned.flash_attention_backward_tuned`) into one
+(:func:`toolkit.kernels.flash_backward_tuned.flash_attention_backward_tuned`, without
+re-checking its arguments) into one
 ``torch.autograd.Function``. Like every FlashAttention, it saves only ``q, k, v``, the
 output and one log-sum-exp per query row for the backward: O(N) memory where autograd
 through plain attention keeps the ``N x N`` probabilities of every head.
@@ -20,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from toolkit.kernels.flash_backward_tuned import flash_attention_backward_tuned
+from toolkit.kernels.flash_backward_tuned import _backward_unchecked
 from toolkit.kernels.flash_tuned import flash_attention_tuned
 
 
@@ -41,9 +42,8 @@ class TritonFlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout: Tensor):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = flash_attention_backward_tuned(
-            q, k, v, out, lse, dout, ctx.causal, scale=ctx.scale
-        )
+        # the forward checked q, k, v; autograd gives dout out's shape, dtype and device
+        dq, dk, dv = _backward_unchecked(q, k, v, out, lse, dout, ctx.causal, scale=ctx.scale)
         return dq, dk, dv, None, None
 
 

@@ -31,7 +31,15 @@ from toolkit.kernels.flash_backward_kernels import (
     bwd_dq_tuned,
     bwd_preprocess_kernel,
 )
-from toolkit.kernels.runtime import _ENABLE_HINT, HAS_TRITON, LOG2E, _interpreted, tl, triton
+from toolkit.kernels.runtime import (
+    _ENABLE_HINT,
+    HAS_TRITON,
+    LOG2E,
+    _cdiv,
+    _interpreted,
+    _next_power_of_2,
+    tl,
+)
 
 _INTERPRETER_BLOCKS = 32  # block size in the interpreter: fewer, larger NumPy steps
 
@@ -110,13 +118,25 @@ def flash_attention_backward_tuned(
         input dtype; ``dk``, ``dv`` summed over the query heads sharing a KV head.
     """
     interpreting = _check_backward_args(q, k, v, out, lse, dout)
+    return _backward_unchecked(q, k, v, out, lse, dout, causal, scale=scale, block_m=block_m,
+                              block_n=block_n, interpreting=interpreting)
+
+
+def _backward_unchecked(q, k, v, out, lse, dout, causal=False, *, scale=None, block_m=None,
+                       block_n=None, interpreting: bool | None = None):
+    """:func:`flash_attention_backward_tuned` without its argument checks, for
+    :class:`toolkit.kernels.TritonFlashAttention`, whose forward checked ``q, k, v`` and
+    made ``out`` and ``lse``, and whose ``dout`` autograd gives ``out``'s shape, dtype
+    and device. Same arguments and results."""
+    if interpreting is None:
+        interpreting = _interpreted(bwd_dq_kernel)
     B, H, N_q, d = q.shape
     H_kv, N_k = k.shape[1], k.shape[2]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     if q.numel() == 0 or k.numel() == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
-    block_d = max(16, triton.next_power_of_2(d))
+    block_d = max(16, _next_power_of_2(d))
     fixed = {}
     if interpreting or block_m is not None or block_n is not None:
         fixed = {"BLOCK_M": block_m or _INTERPRETER_BLOCKS,
@@ -129,7 +149,7 @@ def flash_attention_backward_tuned(
     delta = torch.empty(B * H, N_q, dtype=stats_dtype, device=q.device)
     lse2 = torch.empty_like(delta)
     pre_block = 64
-    bwd_preprocess_kernel[(triton.cdiv(N_q, pre_block), B * H)](
+    bwd_preprocess_kernel[(_cdiv(N_q, pre_block), B * H)](
         out, dout, lse, delta, lse2,
         *out.stride(), *dout.stride(), *lse.stride(),
         H, N_q, d,
@@ -141,20 +161,49 @@ def flash_attention_backward_tuned(
         BLOCK_D=block_d,
         DOT_PRECISION="tf32" if q.dtype in (torch.float16, torch.bfloat16) else "ieee",
     )
-    dkdv = bwd_dkdv_kernel if fixed else bwd_dkdv_tuned
-    dkdv[lambda meta: (triton.cdiv(N_k, meta["BLOCK_N"]), B * H_kv)](
-        q, k, v, dout, lse2, delta, dk, dv,
-        *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
-        H_kv, H // H_kv, N_q, N_k, d,
-        scale, scale * LOG2E,
-        **common, **fixed,
+    tune_key = (N_q, N_k, d, bool(causal), H // H_kv, q.dtype)
+    _launch(
+        bwd_dkdv_kernel, bwd_dkdv_tuned, fixed, tune_key,
+        lambda meta: (_cdiv(N_k, meta["BLOCK_N"]), B * H_kv),
+        (q, k, v, dout, lse2, delta, dk, dv,
+         *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
+         H_kv, H // H_kv, N_q, N_k, d,
+         scale, scale * LOG2E),
+        common,
     )  # fmt: skip
-    dq_kernel = bwd_dq_kernel if fixed else bwd_dq_tuned
-    dq_kernel[lambda meta: (triton.cdiv(N_q, meta["BLOCK_M"]), B * H)](
-        q, k, v, dout, lse2, delta, dq,
-        *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride(),
-        H, H // H_kv, N_q, N_k, d,
-        scale, scale * LOG2E,
-        **common, **fixed,
+    _launch(
+        bwd_dq_kernel, bwd_dq_tuned, fixed, tune_key,
+        lambda meta: (_cdiv(N_q, meta["BLOCK_M"]), B * H),
+        (q, k, v, dout, lse2, delta, dq,
+         *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride(),
+         H, H // H_kv, N_q, N_k, d,
+         scale, scale * LOG2E),
+        common,
     )  # fmt: skip
     return dq, dk, dv
+
+
+#: (autotuned kernel, tune key) -> the ``triton.Config`` its autotuner chose for that key.
+_CHOSEN: dict = {}
+
+
+def _launch(kernel, tuned, fixed: dict, tune_key: tuple, grid, args: tuple, common: dict) -> None:
+    """Launch ``kernel`` with the ``fixed`` block sizes, or with the configuration its
+    autotuner ``tuned`` chose for ``tune_key``.
+
+    ``tune_key`` is ``(N_q, N_k, d, causal, group, dtype)``, which determines the
+    autotuner's own key (``N_Q, N_K, HEAD_DIM, CAUSAL, n_group`` and the dtypes of the
+    tensor arguments). The first launch of a key goes through ``tuned`` (it benchmarks
+    its configurations once); later ones launch ``kernel`` with the chosen
+    configuration's arguments, exactly what the autotuner would pass, without its
+    look-up (tens of microseconds per call: it filters the arguments by name, in a list).
+    """
+    if fixed:
+        kernel[grid(fixed)](*args, **common, **fixed)
+        return
+    config = _CHOSEN.get((tuned, tune_key))
+    if config is None:
+        tuned[grid](*args, **common)  # benchmarks the configurations on the key's first call
+        _CHOSEN[(tuned, tune_key)] = tuned.best_config
+        return
+    kernel[grid(config.kwargs)](*args, **common, **config.all_kwargs())

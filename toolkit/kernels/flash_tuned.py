@@ -50,9 +50,11 @@ from toolkit.kernels.runtime import (
     _ENABLE_HINT,
     HAS_TRITON,
     LOG2E,
+    _cdiv,
     _check_dtype,
     _interpreted,
     _is_pow2,
+    _next_power_of_2,
     tl,
     triton,
 )
@@ -244,7 +246,7 @@ def flash_attention_tuned(
     for name, value in (("block_m", block_m), ("block_n", block_n)):
         if not (_is_pow2(value) and value >= 16):
             raise ValueError(f"{name} must be a power of two >= 16 (tl.dot's minimum), got {value}")
-    block_d = max(16, triton.next_power_of_2(d))
+    block_d = max(16, _next_power_of_2(d))
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
 
     out = torch.empty_like(q)
@@ -252,7 +254,7 @@ def flash_attention_tuned(
     if out.numel() == 0:
         lse.fill_(float("-inf"))
         return out, lse
-    grid = (triton.cdiv(N_q, block_m), B * H)
+    grid = (_cdiv(N_q, block_m), B * H)
     launch = {}
     if on_gpu:
         launch = {"num_warps": 4 if block_d <= 64 else 8, "num_stages": 2}

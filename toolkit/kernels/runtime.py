@@ -56,6 +56,21 @@ _ENABLE_HINT = (
 )
 
 
+def _cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for ``b > 0``, in plain Python, for launch grids.
+
+    Equal to ``triton.cdiv``, which is a ``@triton.constexpr_function``: called from
+    Python it goes through Triton's wrapper and costs microseconds, on every launch.
+    """
+    return -(-a // b)
+
+
+def _next_power_of_2(n: int) -> int:
+    """The smallest power of two ``>= n`` for ``n >= 1`` (``triton.next_power_of_2``'s
+    value, without its wrapper's cost; see :func:`_cdiv`)."""
+    return 1 << (n - 1).bit_length()
+
+
 def _is_pow2(n: int) -> bool:
     return n >= 1 and (n & (n - 1)) == 0
 

@@ -49,9 +49,10 @@ def resolve_backend(name: str, device: torch.device, dtype: torch.dtype) -> str:
     the interpreter (correct, far too slow). On an H100, training the capstone in bf16
     with ``"triton"`` ran at 0.88x (d 128, T 128) and 0.85x (d 512, T 1024) of
     ``"sdpa"``'s tokens/s (``benchmarks/capstone.py --tables backends``): the course
-    kernels match PyTorch's at long sequences, but the whole step also pays their
-    Python-side launch. ``"triton"`` stays one word away. Any other name is returned
-    as it is.
+    kernels match PyTorch's at long sequences, but not whole steps.
+    ``benchmarks/step_accounting.py`` counts what such a step does besides the kernels
+    (launches, tensor operations, host work). ``"triton"`` stays one word away. Any
+    other name is returned as it is.
     """
     if name not in ATTENTION_BACKENDS:
         raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {name!r}")
