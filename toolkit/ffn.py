@@ -58,9 +58,9 @@ classic MLP with PyTorch's dropout placement), the Post-LN / Pre-LN blocks
 (:mod:`toolkit.seq2seq.attention`, ReLU without biases), the capstone GPT
 (:mod:`toolkit.models`) and the experts of :mod:`toolkit.moe`. One copy stays
 outside on purpose: the small position models of :mod:`toolkit.long_context` run
-in Lecture and Assignment 02, before Assignment 05, whose exercise
-:class:`GatedFeedForward` is (the student toolkit stubs it until then), so they
-carry their own SwiGLU, tested equal to :class:`SwiGLU`.
+in Lecture and Assignment 02, while the toolkit that students install stubs
+:class:`GatedFeedForward` and its subclasses (Assignment 05's exercise) until 05 is
+unlocked; so they carry their own SwiGLU, tested equal to :class:`SwiGLU`.
 
 Shapes: every module maps ``(batch, seq, d_model)`` -> ``(batch, seq, d_model)``
 (any leading axes work).
