@@ -45,9 +45,10 @@ its hidden units (``hidden_dropout``); PyTorch's ``linear1`` / ``linear2`` are i
   and feed-forward variants (GELU or ReLU MLP, SwiGLU) chosen by name; BERT
   (:mod:`toolkit.bert`) and the warm-up experiment (:mod:`toolkit.warmup`) stack them.
   With LayerNorm, a ReLU or GELU MLP and dropout 0 its blocks compute what
-  :class:`EncoderBlock` computes (tested); they are not built on it because the student
-  toolkit of Assignment 01 cannot hold Assignment 05's norms, and 05's exercise is the
-  Pre-LN block itself.
+  :class:`EncoderBlock` computes (tested). Neither is built on the other:
+  :class:`EncoderBlock` runs in Lecture and Assignment 01, where the toolkit students
+  install stubs Assignment 05's norms and Pre-LN block (05's exercises), and 05's blocks
+  choose the course's norms and SwiGLU by name, which PyTorch's layout has no place for.
 * :mod:`toolkit.seq2seq.attention`: **T5's layers**, a different attention (no score
   scale, no biases, a relative position bias handed in by the stack, caches), RMSNorm,
   Pre-LN only; Hugging Face's ``T5Block`` to the letter.
