@@ -34,7 +34,33 @@ no biases in these layers.
 
 Parameter names follow Hugging Face: ``gate_proj``, ``up_proj``, ``down_proj``
 for the gated family (as in ``LlamaMLP``), ``fc1`` / ``fc2`` for the classic MLP
-(as in OPT and BART).
+(as in OPT and BART). Other libraries name the same two matrices differently
+(PyTorch's ``nn.TransformerEncoderLayer``: ``linear1`` / ``linear2``; T5:
+``wi`` / ``wo``; GPT-2: ``c_fc`` / ``c_proj``); the tests that load their weights
+map those names onto ``fc1`` / ``fc2``.
+
+**This module is the toolkit's one feed-forward network.** Two classes, the
+variants as options:
+
+=============================  =================================================
+:class:`FeedForward`           the classic MLP: ``activation`` (GELU exact or tanh,
+                               ReLU, SiLU), ``bias``, ``dropout`` on the output
+                               (GPT-2) and ``hidden_dropout`` on the hidden
+                               activation (PyTorch's encoder layer, T5)
+:class:`GatedFeedForward`      the GLU family: ``activation`` of the gate, ``bias``,
+                               ``dropout``; :class:`GLU`, :class:`ReGLU`,
+                               :class:`GEGLU`, :class:`SwiGLU` only fix the activation
+=============================  =================================================
+
+Its users: the blocks of the three families (:mod:`toolkit.transformer.blocks`, the
+classic MLP with PyTorch's dropout placement), the Post-LN / Pre-LN blocks
+(:mod:`toolkit.residual`, by name through ``make_ffn``), T5's layers
+(:mod:`toolkit.seq2seq.attention`, ReLU without biases), the capstone GPT
+(:mod:`toolkit.models`) and the experts of :mod:`toolkit.moe`. One copy stays
+outside on purpose: the small position models of :mod:`toolkit.long_context` run
+in Lecture and Assignment 02, while the toolkit that students install stubs
+:class:`GatedFeedForward` and its subclasses (Assignment 05's exercise) until 05 is
+unlocked; so they carry their own SwiGLU, tested equal to :class:`SwiGLU`.
 
 Shapes: every module maps ``(batch, seq, d_model)`` -> ``(batch, seq, d_model)``
 (any leading axes work).
@@ -49,7 +75,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from toolkit.arguments import check_activation, check_int
+from toolkit.arguments import check_activation, check_dropout, check_int
 
 
 def gelu_exact(x: Tensor) -> Tensor:
@@ -104,11 +130,18 @@ class FeedForward(nn.Module):
         d_model: input and output size ``d``.
         d_ff: hidden size (default ``4 d``).
         activation: ``"gelu"`` (exact, default), ``"gelu_tanh"`` (GPT-2), ``"relu"``
-            (original Transformer), ``"silu"``.
-        bias: whether ``fc1`` and ``fc2`` have biases (GPT-2: yes).
+            (original Transformer, T5), ``"silu"``.
+        bias: whether ``fc1`` and ``fc2`` have biases (GPT-2, BERT: yes; T5: no).
         dropout: dropout on the output (GPT-2's residual dropout).
+        hidden_dropout: dropout on the hidden activation, before ``fc2``
+            (``nn.TransformerEncoderLayer``'s ``dropout``, T5's ``DenseReluDense``).
 
-    Shapes: ``(..., d_model)`` -> ``(..., d_model)``.
+    With ``hidden_dropout=p`` and ``dropout=0`` this is the feed-forward part of
+    PyTorch's ``nn.TransformerEncoderLayer`` (``linear2(dropout(act(linear1(x))))``,
+    its ``linear1`` / ``linear2`` are ``fc1`` / ``fc2``); with ``activation="relu"``,
+    ``bias=False`` it is T5's ``wo(relu(wi(x)))``.
+
+    Shapes: ``(..., d_model)`` -> ``(..., d_model)``, through ``(..., d_ff)``.
     """
 
     def __init__(
@@ -118,20 +151,24 @@ class FeedForward(nn.Module):
         activation: str = "gelu",
         bias: bool = True,
         dropout: float = 0.0,
+        hidden_dropout: float = 0.0,
     ):
         super().__init__()
         check_int("d_model", d_model)
         d_ff = 4 * d_model if d_ff is None else d_ff
         check_int("d_ff", d_ff)
         check_activation(activation, ACTIVATIONS)
+        check_dropout(hidden_dropout)
         self.act = ACTIVATIONS[activation]
         self.activation = activation
         self.fc1 = nn.Linear(d_model, d_ff, bias=bias)  # W1, b1: d -> 4d
         self.fc2 = nn.Linear(d_ff, d_model, bias=bias)  # W2, b2: 4d -> d
         self.dropout = nn.Dropout(dropout)
+        self.hidden_dropout = nn.Dropout(hidden_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(self.fc2(self.act(self.fc1(x))))  # W2 act(W1 x + b1) + b2
+        h = self.hidden_dropout(self.act(self.fc1(x)))  # act(W1 x + b1): (..., d_ff)
+        return self.dropout(self.fc2(h))  # W2 h + b2: (..., d_model)
 
 
 class GatedFeedForward(nn.Module):

@@ -43,6 +43,13 @@ computes with ``norm_first=False`` / ``True`` and the same weights (tested).
 Attention is bidirectional (encoder blocks); pass a key-padding ``mask`` (bool,
 ``True`` = may attend, broadcastable to ``(B, n_heads, T, T)``) to hide padding.
 
+This module is the toolkit's home of the residual wiring (where the norm goes). The
+blocks of the three families, with PyTorch's ``norm_first`` switch and names, are in
+:mod:`toolkit.transformer.blocks`, whose docstring maps every block of the toolkit to
+its concept; with LayerNorm and dropout 0, :class:`PostLNBlock` and :class:`PreLNBlock`
+compute what its ``EncoderBlock`` computes with ``norm_first=False`` / ``True``
+(tested). The feed-forward networks come from :mod:`toolkit.ffn`.
+
 Shapes: ``(B, T, d_model)`` -> ``(B, T, d_model)``.
 """
 

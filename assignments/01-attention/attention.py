@@ -62,8 +62,8 @@ from torch import Tensor, nn
 # Pieces that are not exercises here: the position-wise feed-forward network (Lecture 05
 # and Assignment 05) and the input checks the blocks use. Everything else you write yourself.
 from toolkit.arguments import check_block_args, check_bool_mask, check_sequence
+from toolkit.ffn import FeedForward
 from toolkit.notebook import friendly_errors
-from toolkit.transformer import PositionwiseFeedForward
 from toolkit.widgets.attention import attention_explorer, families_explorer, permutation_demo
 
 friendly_errors()  # one short line, not a long traceback, for an exercise not written yet
@@ -727,7 +727,8 @@ families_explorer(fns={"causal_mask": causal_mask, "padding_mask": padding_mask}
 # 1512.03385), and a layer normalisation (arXiv 1607.06450). The decoder block of an
 # encoder-decoder has three sub-layers: causal self-attention, cross-attention to the
 # encoder output `memory`, and a position-wise feed-forward network (given to you as
-# `PositionwiseFeedForward`, a two-layer MLP applied to each position on its own).
+# `FeedForward`, a two-layer MLP `fc2(act(fc1(x)))` applied to each position on its own;
+# `hidden_dropout` drops hidden units before `fc2`, where PyTorch's layers do).
 #
 # Where the normalisation sits is a design choice with two names (Lecture 05 and
 # Assignment 05 go deeper; arXiv 2002.04745 compares them):
@@ -762,7 +763,7 @@ class DecoderBlock(nn.Module):
     Attributes (use exactly these names, the hidden checks load weights by name):
 
     * ``self_attn``, ``cross_attn``: ``MultiHeadAttention(d_model, n_heads)``;
-    * ``ff``: ``PositionwiseFeedForward(d_model, d_ff, activation, dropout)``;
+    * ``ff``: ``FeedForward(d_model, d_ff, activation, hidden_dropout=dropout)``;
     * ``norm1``, ``norm2``, ``norm3``: ``nn.LayerNorm(d_model, eps=layer_norm_eps)``;
     * ``dropout1``, ``dropout2``, ``dropout3``: ``nn.Dropout(dropout)``.
     """
@@ -784,7 +785,7 @@ class DecoderBlock(nn.Module):
         ### BEGIN SOLUTION
         self.self_attn = MultiHeadAttention(d_model, n_heads)
         self.cross_attn = MultiHeadAttention(d_model, n_heads)
-        self.ff = PositionwiseFeedForward(d_model, d_ff, activation, dropout)
+        self.ff = FeedForward(d_model, d_ff, activation, hidden_dropout=dropout)
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps)
@@ -895,8 +896,8 @@ for norm_first in (False, True):
             theirs.in_proj_weight.copy_(torch.cat([p.weight for p in projections]))
             theirs.in_proj_bias.copy_(torch.cat([p.bias for p in projections]))
             theirs.out_proj.load_state_dict(mine.out_proj.state_dict())
-        ref.linear1.load_state_dict(ours.ff.linear1.state_dict())
-        ref.linear2.load_state_dict(ours.ff.linear2.state_dict())
+        ref.linear1.load_state_dict(ours.ff.fc1.state_dict())  # PyTorch's linear1 is our fc1
+        ref.linear2.load_state_dict(ours.ff.fc2.state_dict())
         for i in (1, 2, 3):
             getattr(ref, f"norm{i}").load_state_dict(getattr(ours, f"norm{i}").state_dict())
         # PyTorch's masks use True = blocked: invert ours.

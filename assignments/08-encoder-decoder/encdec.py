@@ -63,6 +63,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from toolkit.arguments import check_int
+from toolkit.ffn import FeedForward
 from toolkit.masks import causal_mask
 from toolkit.norm import RMSNorm
 from toolkit.notebook import NotReadyError, friendly_errors
@@ -71,7 +72,6 @@ from toolkit.seq2seq import (
     EncDecCache,
     EncDecConfig,
     NumberTokenizer,
-    ReluFeedForward,
     encode_batch,
     exact_match,
     load_encdec,
@@ -402,7 +402,9 @@ print("T5Attention: visible checks passed")
 # The layers are given (read them): each sub-layer is pre-norm with T5's RMS norm (no
 # mean, no bias), `x + F(RMSNorm(x))`. An encoder layer is self-attention then
 # feed-forward; a decoder layer is causal self-attention, cross-attention over the memory,
-# then feed-forward.
+# then feed-forward. The feed-forward network is T5's `wo(relu(wi(x)))` without biases:
+# the toolkit's `FeedForward` with a ReLU and `bias=False` (its `fc1`, `fc2` are T5's `wi`,
+# `wo`).
 
 # %% nbgrader={"grade": false, "grade_id": "layers", "locked": true, "schema_version": 3, "solution": false}
 class EncoderLayer(nn.Module):
@@ -413,7 +415,7 @@ class EncoderLayer(nn.Module):
         self.norm1 = RMSNorm(config.d_model, config.eps)
         self.self_attn = T5Attention(config)
         self.norm2 = RMSNorm(config.d_model, config.eps)
-        self.ff = ReluFeedForward(config.d_model, config.d_ff)
+        self.ff = FeedForward(config.d_model, config.d_ff, "relu", bias=False)
 
     def forward(self, x: Tensor, bias: Tensor | None, mask: Tensor | None) -> Tensor:
         """``x`` ``(B, S, d)``; ``bias`` ``(1, H, S, S)``; ``mask`` ``(B, 1, 1, S)``."""
@@ -431,7 +433,7 @@ class DecoderLayer(nn.Module):
         self.norm2 = RMSNorm(config.d_model, config.eps)
         self.cross_attn = T5Attention(config, cross=True)
         self.norm3 = RMSNorm(config.d_model, config.eps)
-        self.ff = ReluFeedForward(config.d_model, config.d_ff)
+        self.ff = FeedForward(config.d_model, config.d_ff, "relu", bias=False)
 
     def forward(
         self,

@@ -179,3 +179,26 @@ def test_attention_is_the_written_formula(position):
         w = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(8) + bias, dim=-1)
         expected = attn.o_proj((w @ v).transpose(1, 2).reshape(1, 10, 32))
     assert torch.allclose(out, expected, atol=1e-5)
+
+
+def test_the_position_models_layers_equal_their_homes():
+    """The copies that 02 needs before 05 is unlocked compute what the course's layers do:
+    SwiGLUFeedForward is toolkit.ffn.SwiGLU (same names, same output), RMSNormGain is
+    toolkit.norm.RMSNorm."""
+    from toolkit.ffn import SwiGLU
+    from toolkit.long_context import RMSNormGain, SwiGLUFeedForward
+    from toolkit.norm import RMSNorm
+
+    torch.manual_seed(2)
+    copy, home = SwiGLUFeedForward(12, 20), SwiGLU(12, 20)
+    assert copy.state_dict().keys() == home.state_dict().keys()
+    home.load_state_dict(copy.state_dict())
+    x = torch.randn(2, 5, 12)
+    assert torch.allclose(copy(x), home(x), atol=1e-6)
+
+    norm_copy, norm_home = RMSNormGain(12, eps=1e-5), RMSNorm(12, eps=1e-5)
+    with torch.no_grad():
+        norm_copy.weight.uniform_(0.5, 1.5)
+    assert norm_copy.state_dict().keys() == norm_home.state_dict().keys()
+    norm_home.load_state_dict(norm_copy.state_dict())
+    assert torch.allclose(norm_copy(x), norm_home(x), atol=1e-6)

@@ -125,6 +125,28 @@ def test_feedforward_formula_and_size():
         FeedForward(d, activation="swish!")
 
 
+def test_feedforward_dropouts_sit_where_they_say():
+    """``hidden_dropout`` drops hidden units before fc2 (PyTorch's encoder layer, T5);
+    ``dropout`` drops outputs after fc2 (GPT-2). Same seed, same masks as the formula."""
+    d, h = 8, 16
+    torch.manual_seed(0)
+    ffn = FeedForward(d, h, activation="relu", dropout=0.2, hidden_dropout=0.4).train()
+    x = _x(3, 5, d)
+    torch.manual_seed(7)
+    got = ffn(x)
+    torch.manual_seed(7)
+    hidden = F.dropout(F.relu(ffn.fc1(x)), 0.4, training=True)  # first draw: hidden units
+    expected = F.dropout(ffn.fc2(hidden), 0.2, training=True)  # second draw: outputs
+    torch.testing.assert_close(got, expected)
+    assert not torch.equal(got, ffn.eval()(x)), "the dropouts were active in training"
+    plain = FeedForward(d, h, activation="relu", bias=False).train()  # T5's wo(relu(wi x))
+    assert [n for n, _ in plain.named_parameters()] == ["fc1.weight", "fc2.weight"]
+    manual = F.linear(F.relu(F.linear(x, plain.fc1.weight)), plain.fc2.weight)  # W2 relu(W1 x)
+    torch.testing.assert_close(plain(x), manual)
+    with pytest.raises(ValueError, match="dropout"):
+        FeedForward(d, hidden_dropout=1.0)
+
+
 @pytest.mark.parametrize(
     "cls, act",
     [

@@ -48,6 +48,27 @@ def _torch_layer(ours, norm_first: bool) -> nn.TransformerEncoderLayer:
     return ref
 
 
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("cls, norm_first", [(PostLNBlock, False), (PreLNBlock, True)])
+def test_blocks_equal_the_family_encoder_block(cls, norm_first, activation):
+    """Two homes, one computation: with LayerNorm and the same weights, PostLNBlock and
+    PreLNBlock are toolkit.transformer's EncoderBlock with norm_first=False / True (their
+    state dicts differ only in the feed-forward's attribute, ``ffn`` against ``ff``)."""
+    from toolkit.transformer import EncoderBlock
+
+    torch.manual_seed(0)
+    ours = cls(D, H, FF, ffn=activation).eval()
+    _randomise_norms(ours)
+    family = EncoderBlock(D, H, FF, norm_first=norm_first, activation=activation).eval()
+    state = {k.replace("ffn.", "ff.", 1): v for k, v in ours.state_dict().items()}
+    family.load_state_dict(state)  # strict: the same parameters under the same names
+    x = _x(2, 5, D)
+    keep = (torch.arange(5)[None, :] < torch.tensor([5, 3])[:, None])[:, None, None, :]
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x, mask=keep), family(x, mask=keep), atol=1e-5,
+                                   rtol=1e-5)
+
+
 @pytest.mark.parametrize("cls, norm_first", [(PostLNBlock, False), (PreLNBlock, True)])
 def test_blocks_match_torch_encoder_layer(cls, norm_first):
     torch.manual_seed(0)

@@ -40,8 +40,8 @@ def hf_names(config: EncDecConfig) -> dict[str, str]:
         for p, q in proj.items():
             names[f"{ours}.self_attn.{p}.weight"] = f"{theirs}.0.SelfAttention.{q}.weight"
         names[f"{ours}.norm1.weight"] = f"{theirs}.0.layer_norm.weight"
-        names[f"{ours}.ff.wi.weight"] = f"{theirs}.1.DenseReluDense.wi.weight"
-        names[f"{ours}.ff.wo.weight"] = f"{theirs}.1.DenseReluDense.wo.weight"
+        names[f"{ours}.ff.fc1.weight"] = f"{theirs}.1.DenseReluDense.wi.weight"
+        names[f"{ours}.ff.fc2.weight"] = f"{theirs}.1.DenseReluDense.wo.weight"
         names[f"{ours}.norm2.weight"] = f"{theirs}.1.layer_norm.weight"
     for i in range(config.n_decoder_layers):
         ours, theirs = f"decoder_layers.{i}", f"decoder.block.{i}.layer"
@@ -50,8 +50,8 @@ def hf_names(config: EncDecConfig) -> dict[str, str]:
             names[f"{ours}.cross_attn.{p}.weight"] = f"{theirs}.1.EncDecAttention.{q}.weight"
         names[f"{ours}.norm1.weight"] = f"{theirs}.0.layer_norm.weight"
         names[f"{ours}.norm2.weight"] = f"{theirs}.1.layer_norm.weight"
-        names[f"{ours}.ff.wi.weight"] = f"{theirs}.2.DenseReluDense.wi.weight"
-        names[f"{ours}.ff.wo.weight"] = f"{theirs}.2.DenseReluDense.wo.weight"
+        names[f"{ours}.ff.fc1.weight"] = f"{theirs}.2.DenseReluDense.wi.weight"
+        names[f"{ours}.ff.fc2.weight"] = f"{theirs}.2.DenseReluDense.wo.weight"
         names[f"{ours}.norm3.weight"] = f"{theirs}.2.layer_norm.weight"
     return names
 

@@ -15,7 +15,6 @@ from toolkit.transformer import (
     EncoderDecoderModel,
     EncoderOnlyModel,
     EncoderOutput,
-    PositionwiseFeedForward,
     family_attention_patterns,
 )
 
@@ -34,8 +33,8 @@ def _copy_mha(ours, ref: nn.MultiheadAttention) -> None:
 
 def _copy_common(ours, ref) -> None:
     _copy_mha(ours.self_attn, ref.self_attn)
-    ref.linear1.load_state_dict(ours.ff.linear1.state_dict())
-    ref.linear2.load_state_dict(ours.ff.linear2.state_dict())
+    ref.linear1.load_state_dict(ours.ff.fc1.state_dict())  # PyTorch's linear1 is our fc1
+    ref.linear2.load_state_dict(ours.ff.fc2.state_dict())
     ref.norm1.load_state_dict(ours.norm1.state_dict())
     ref.norm2.load_state_dict(ours.norm2.state_dict())
 
@@ -85,12 +84,27 @@ def _x(B=3, T=5, seed=1):
 # ---------------------------------------------------------------------------
 
 
-def test_feed_forward_matches_torch_names_and_math():
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_feed_forward_sub_layer_is_torchs_with_its_dropouts(activation):
+    """The blocks' feed-forward sub-layer is toolkit.ffn.FeedForward, and in training, with
+    the same seed, ``dropout2(ff(x))`` draws the same dropout masks at the same places as
+    nn.TransformerEncoderLayer's ``dropout2(linear2(dropout(act(linear1(x)))))``."""
+    from toolkit.ffn import FeedForward
+
     torch.manual_seed(0)
-    ff = PositionwiseFeedForward(D, FF, activation="gelu")
+    ours = EncoderBlock(D, H, FF, activation=activation, dropout=0.25).train()
+    assert isinstance(ours.ff, FeedForward) and ours.ff.activation == activation
+    ref = nn.TransformerEncoderLayer(D, H, FF, dropout=0.25, activation=activation,
+                                     batch_first=True).train()
+    with torch.no_grad():
+        _copy_common(ours, ref)
     x = torch.randn(2, 3, D)
-    expected = ff.linear2(torch.nn.functional.gelu(ff.linear1(x)))
-    torch.testing.assert_close(ff(x), expected)
+    torch.manual_seed(1)
+    expected = ref._ff_block(x)  # dropout2(linear2(dropout(activation(linear1(x)))))
+    torch.manual_seed(1)
+    got = ours.dropout2(ours.ff(x))
+    torch.testing.assert_close(got, expected)
+    assert (got == 0).any(), "dropout was active"
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu"])

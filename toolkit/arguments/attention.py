@@ -8,7 +8,8 @@ from torch import Tensor
 
 from .numbers import check_dropout, check_int
 
-#: Activations of :class:`toolkit.transformer.PositionwiseFeedForward` and its blocks.
+#: Activations of the blocks of :mod:`toolkit.transformer.blocks` (their feed-forward network,
+#: :class:`toolkit.ffn.FeedForward`, accepts more).
 BLOCK_ACTIVATIONS = ("gelu", "relu")
 
 

@@ -14,6 +14,21 @@ is the course's: RoPE and ALiBi come from :mod:`toolkit.position`, or from the s
 own ``apply_rope`` and ``alibi_bias`` (:func:`use_position_functions`), and
 :func:`rope_speeds` runs a RoPE model at other speeds (PI, NTK, dynamic NTK, YaRN,
 LongRoPE) without touching a weight.
+
+So its layers are small copies of concepts that have their home elsewhere, kept apart on
+purpose: the toolkit that students install replaces every exercise of a locked
+assignment by a stub, and 05's :class:`toolkit.ffn.SwiGLU` and
+:class:`toolkit.norm.RMSNorm`, 03's grouped-query attention and 05's blocks would
+raise ``NotImplementedError`` here, in 02. The copies and their homes:
+
+* :class:`RMSNormGain`: :class:`toolkit.norm.RMSNorm` (tested equal: same ``weight``,
+  same output);
+* :class:`SwiGLUFeedForward`: :class:`toolkit.ffn.SwiGLU` without biases (tested equal:
+  same parameter names, same output);
+* :class:`PositionedAttention`: causal grouped-query attention (:mod:`toolkit.gqa`) with
+  RoPE or ALiBi and no KV cache (tested against its formula);
+* :class:`PositionBlock`: the Pre-LN wiring of :class:`toolkit.residual.PreLNBlock` with
+  GPT-2's names, those of ``toolkit.models.Block``.
 """
 
 from __future__ import annotations
@@ -54,7 +69,10 @@ class PositionModelConfig:
 
 
 class RMSNormGain(nn.Module):
-    """``x / sqrt(mean(x^2) + eps) * weight`` (PyTorch's ``F.rms_norm``)."""
+    """``x / sqrt(mean(x^2) + eps) * weight`` (PyTorch's ``F.rms_norm``).
+
+    :class:`toolkit.norm.RMSNorm` for 02 (see the module's docstring), same ``weight``.
+    """
 
     def __init__(self, d_model: int, eps: float):
         super().__init__()
@@ -66,7 +84,11 @@ class RMSNormGain(nn.Module):
 
 
 class SwiGLUFeedForward(nn.Module):
-    """``down_proj(silu(gate_proj(x)) * up_proj(x))`` (arXiv 2002.05202), no biases."""
+    """``down_proj(silu(gate_proj(x)) * up_proj(x))`` (arXiv 2002.05202), no biases.
+
+    :class:`toolkit.ffn.SwiGLU` ``(d_model, d_ff)`` for 02 (see the module's docstring):
+    the same parameters, the same output. ``(..., d_model)`` -> ``(..., d_model)``.
+    """
 
     def __init__(self, d_model: int, d_ff: int):
         super().__init__()
@@ -129,7 +151,12 @@ class PositionedAttention(nn.Module):
 
 
 class PositionBlock(nn.Module):
-    """Pre-norm block: ``x + Attn(RMSNorm(x))``, then ``x + SwiGLU(RMSNorm(x))``."""
+    """Pre-norm block: ``x + Attn(RMSNorm(x))``, then ``x + SwiGLU(RMSNorm(x))``.
+
+    The wiring of :class:`toolkit.residual.PreLNBlock`, with this module's layers and
+    GPT-2's names (``ln_1``, ``attn``, ``ln_2``, ``mlp``) so that a
+    :class:`toolkit.models.GPT` state dict loads. ``(B, T, d)`` -> ``(B, T, d)``.
+    """
 
     def __init__(self, config: PositionModelConfig):
         super().__init__()

@@ -9,7 +9,8 @@ Read in this order:
 * :mod:`toolkit.seq2seq.config`: :class:`EncDecConfig`, the hyper-parameters;
 * :mod:`toolkit.seq2seq.cache`: :class:`EncDecCache`, the self- and cross-attention caches;
 * :mod:`toolkit.seq2seq.attention`: :class:`T5Attention` (relative bias, no score scaling,
-  cross-attention), the feed-forward layer and the encoder and decoder layers;
+  cross-attention) and the encoder and decoder layers (their feed-forward network is
+  :class:`toolkit.ffn.FeedForward`, ReLU without biases);
 * :mod:`toolkit.seq2seq.model`: :class:`EncoderDecoder` (shared embedding, the two stacks,
   the tied head with T5's rescaling) and :func:`shift_right` (teacher forcing);
 * :mod:`toolkit.seq2seq.decoding`: :func:`greedy_decode` and :func:`beam_decode`;
@@ -25,7 +26,7 @@ Every public name is importable from this package: ``from toolkit.seq2seq import
 EncoderDecoder``.
 """
 
-from toolkit.seq2seq.attention import DecoderLayer, EncoderLayer, ReluFeedForward, T5Attention
+from toolkit.seq2seq.attention import DecoderLayer, EncoderLayer, T5Attention
 from toolkit.seq2seq.cache import EncDecCache
 from toolkit.seq2seq.config import EncDecConfig
 from toolkit.seq2seq.decoding import beam_decode, beam_search_one, greedy_decode
@@ -47,7 +48,6 @@ __all__ = [
     "EncoderDecoder",
     "EncoderLayer",
     "NumberTokenizer",
-    "ReluFeedForward",
     "T5Attention",
     "beam_decode",
     "beam_search_one",

@@ -13,6 +13,18 @@ them Hugging Face's ``T5Attention`` too:
   the encoder output; with a cache they are projected once per input.
 
 Each layer is pre-norm with T5's RMS norm (no mean, no bias): ``x + F(RMSNorm(x))``.
+The feed-forward sub-layer is T5's ``DenseReluDense``, ``wo(relu(wi(x)))`` without
+biases: the toolkit's :class:`~toolkit.ffn.FeedForward` with ``activation="relu"``,
+``bias=False``, its ``fc1`` / ``fc2`` being T5's ``wi`` / ``wo``.
+
+Why T5's layers are not :mod:`toolkit.transformer.blocks`' ``EncoderBlock`` and
+``DecoderBlock``: the wiring (Pre-LN, three sub-layers in the decoder) is the same, but
+every part differs. The attention is :class:`T5Attention` (no ``1/sqrt(d_head)``, no
+biases, a position bias handed in by the stack, a cache for incremental decoding and for
+the cross-attention's projected memory), the norm is RMSNorm, and the layer has no
+dropout and no ``norm_first`` switch. The family blocks are PyTorch's
+``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer`` to the letter; these are
+Hugging Face's ``T5Block`` to the letter (both tested).
 
 Shapes: streams ``(B, T, d_model)``; heads ``(B, H, T, d_head)``; bias ``(1, H, T, T_k)``;
 masks bool, broadcastable to ``(B, H, T, T_k)``, ``True`` = may attend.
@@ -23,6 +35,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from toolkit.ffn import FeedForward
 from toolkit.norm import RMSNorm
 from toolkit.seq2seq.cache import EncDecCache
 from toolkit.seq2seq.config import EncDecConfig
@@ -97,18 +110,6 @@ class T5Attention(nn.Module):
         return self.o_proj(out)
 
 
-class ReluFeedForward(nn.Module):
-    """T5's feed-forward layer: ``wo(relu(wi(x)))``, no biases. ``(..., d) -> (..., d)``."""
-
-    def __init__(self, d_model: int, d_ff: int):
-        super().__init__()
-        self.wi = nn.Linear(d_model, d_ff, bias=False)
-        self.wo = nn.Linear(d_ff, d_model, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.wo(torch.relu(self.wi(x)))
-
-
 class EncoderLayer(nn.Module):
     """Bidirectional self-attention then feed-forward, each ``x + F(RMSNorm(x))``."""
 
@@ -117,7 +118,7 @@ class EncoderLayer(nn.Module):
         self.norm1 = RMSNorm(config.d_model, config.eps)
         self.self_attn = T5Attention(config)
         self.norm2 = RMSNorm(config.d_model, config.eps)
-        self.ff = ReluFeedForward(config.d_model, config.d_ff)
+        self.ff = FeedForward(config.d_model, config.d_ff, "relu", bias=False)
 
     def forward(self, x: Tensor, bias: Tensor | None, mask: Tensor | None) -> Tensor:
         """``x`` ``(B, S, d)``; ``bias`` ``(1, H, S, S)``; ``mask`` ``(B, 1, 1, S)``."""
@@ -135,7 +136,7 @@ class DecoderLayer(nn.Module):
         self.norm2 = RMSNorm(config.d_model, config.eps)
         self.cross_attn = T5Attention(config, cross=True)
         self.norm3 = RMSNorm(config.d_model, config.eps)
-        self.ff = ReluFeedForward(config.d_model, config.d_ff)
+        self.ff = FeedForward(config.d_model, config.d_ff, "relu", bias=False)
 
     def forward(
         self,

@@ -28,43 +28,44 @@ here compute exactly what PyTorch's layers compute.
 
 Dropout differs from ``torch.nn.MultiheadAttention`` in one place:
 :class:`toolkit.attention.MultiHeadAttention` has no dropout on the attention
-weights, only on the sub-layer outputs (as ``dropout1``, ``dropout2``, ...).
+weights, only on the sub-layer outputs (as ``dropout1``, ``dropout2``, ...). The
+feed-forward sub-layer is :class:`toolkit.ffn.FeedForward` with PyTorch's dropout on
+its hidden units (``hidden_dropout``); PyTorch's ``linear1`` / ``linear2`` are its
+``fc1`` / ``fc2``.
+
+**Blocks in the toolkit, one module per concept.**
+
+* This module: **the block of each family** (encoder, decoder-only, encoder-decoder
+  decoder), PyTorch's ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``
+  to the letter (names, the ``norm_first`` switch, ``nn.LayerNorm``, the dropouts).
+  :class:`DecoderOnlyBlock` is :class:`EncoderBlock` plus the causal mask. Assignment 01
+  builds :class:`DecoderBlock`, before the course has its own norms.
+* :mod:`toolkit.residual`: **where the norm goes**, Post-LN against Pre-LN, as two
+  classes over one set of sub-layers, with the course's own norms (LayerNorm, RMSNorm)
+  and feed-forward variants (GELU or ReLU MLP, SwiGLU) chosen by name; BERT
+  (:mod:`toolkit.bert`) and the warm-up experiment (:mod:`toolkit.warmup`) stack them.
+  With LayerNorm, a ReLU or GELU MLP and dropout 0 its blocks compute what
+  :class:`EncoderBlock` computes (tested). Neither is built on the other:
+  :class:`EncoderBlock` runs in Lecture and Assignment 01, where the toolkit students
+  install stubs Assignment 05's norms and Pre-LN block (05's exercises), and 05's blocks
+  choose the course's norms and SwiGLU by name, which PyTorch's layout has no place for.
+* :mod:`toolkit.seq2seq.attention`: **T5's layers**, a different attention (no score
+  scale, no biases, a relative position bias handed in by the stack, caches), RMSNorm,
+  Pre-LN only; Hugging Face's ``T5Block`` to the letter.
+* ``toolkit.models.Block``: **the capstone GPT's block** (GPT-2's names ``ln_1``,
+  ``attn``, ``ln_2``, ``mlp``; GQA, RoPE, a KV cache, fused kernels), and
+  :class:`toolkit.long_context.PositionBlock`, its small twin for Assignment 02, written
+  with PyTorch's layers because it runs before the assignments that build the course's.
 """
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from toolkit.arguments import check_block_args, check_bool_mask, check_sequence
 from toolkit.attention import MultiHeadAttention
+from toolkit.ffn import FeedForward
 from toolkit.masks import causal_mask, combine_masks
-
-_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}  # toolkit.arguments.BLOCK_ACTIVATIONS
-
-
-class PositionwiseFeedForward(nn.Module):
-    """``FFN(x) = linear2(dropout(act(linear1(x))))``, applied to each position alone.
-
-    Names ``linear1`` / ``linear2`` match ``torch.nn.TransformerEncoderLayer``.
-    ``activation="gelu"`` is the exact (erf) GELU of arXiv 1606.08415, as in BERT and
-    PyTorch; ``"relu"`` is the original paper's choice.
-
-    Shapes: ``(B, T, d_model)`` -> ``(B, T, d_model)``, through ``(B, T, d_ff)``.
-    """
-
-    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0):
-        super().__init__()
-        check_block_args(d_model, 1, d_ff, dropout, activation)
-        self.activation_name = activation
-        self.activation = _ACTIVATIONS[activation]
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.dropout = nn.Dropout(dropout)
-        self.linear2 = nn.Linear(d_ff, d_model)
-
-    def forward(self, x: Tensor) -> Tensor:
-        h = self.activation(self.linear1(x))  # act(x W_1 + b_1): (B, T, d_ff)
-        return self.linear2(self.dropout(h))  # h W_2 + b_2: (B, T, d_model)
 
 
 class EncoderBlock(nn.Module):
@@ -84,7 +85,8 @@ class EncoderBlock(nn.Module):
     otherwise (e.g. a key-padding mask from :func:`toolkit.masks.padding_mask`).
 
     Attributes: ``self_attn`` (:class:`~toolkit.attention.MultiHeadAttention`),
-    ``ff`` (:class:`PositionwiseFeedForward`), ``norm1``, ``norm2``
+    ``ff`` (:class:`~toolkit.ffn.FeedForward` with ``hidden_dropout=dropout``:
+    ``fc1``, ``fc2``), ``norm1``, ``norm2``
     (``nn.LayerNorm(d_model, eps=layer_norm_eps)``), ``dropout1``, ``dropout2``.
     """
 
@@ -103,7 +105,7 @@ class EncoderBlock(nn.Module):
         self.d_model = d_model
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads)
-        self.ff = PositionwiseFeedForward(d_model, d_ff, activation, dropout)
+        self.ff = FeedForward(d_model, d_ff, activation, hidden_dropout=dropout)
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.dropout1 = nn.Dropout(dropout)
@@ -195,9 +197,10 @@ class DecoderBlock(nn.Module):
     the query side ``x`` passes through ``norm2``, as in PyTorch.
 
     Attributes: ``self_attn``, ``cross_attn``
-    (:class:`~toolkit.attention.MultiHeadAttention`), ``ff``, ``norm1``, ``norm2``,
-    ``norm3``, ``dropout1``, ``dropout2``, ``dropout3``. PyTorch names the
-    cross-attention ``multihead_attn``.
+    (:class:`~toolkit.attention.MultiHeadAttention`), ``ff``
+    (:class:`~toolkit.ffn.FeedForward`), ``norm1``, ``norm2``, ``norm3``, ``dropout1``,
+    ``dropout2``, ``dropout3``. PyTorch names the cross-attention ``multihead_attn`` and
+    the feed-forward matrices ``linear1`` / ``linear2`` (ours: ``ff.fc1`` / ``ff.fc2``).
     """
 
     def __init__(
@@ -216,7 +219,7 @@ class DecoderBlock(nn.Module):
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads)
         self.cross_attn = MultiHeadAttention(d_model, n_heads)
-        self.ff = PositionwiseFeedForward(d_model, d_ff, activation, dropout)
+        self.ff = FeedForward(d_model, d_ff, activation, hidden_dropout=dropout)
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps)
