@@ -158,7 +158,8 @@ def kept_under_tmp(workdir: Path | None = None) -> list[list]:
 
 
 def inside_files() -> list[str]:
-    """bwrap arguments that show confine.py, limits_launcher.py and zygote.py, read-only,
+    """bwrap arguments that show the files of :data:`confine.INSIDE_FILES` (confine.py,
+    limits_launcher.py, zygote.py, channel.py), read-only,
     in :data:`confine.INSIDE_DIR`: the only files of the autograder a sandbox holds."""
     args = []
     for name in confine.INSIDE_FILES:
