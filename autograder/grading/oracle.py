@@ -57,7 +57,7 @@ def _read(stream, timeout: float | None = None):
 # -- the helper process -----------------------------------------------------------------
 def graded_cells(source: str) -> list[str]:
     """The code a grading kernel runs for this notebook source, cell by cell."""
-    from ..sandbox.execute import SKIP_TAG  # imported here: the helper process never needs it
+    from ..sandbox.kernel import SKIP_TAG  # imported here: the helper process never needs it
     from ..workspace.course import notebook_from_text
 
     cells = []

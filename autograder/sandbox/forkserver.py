@@ -9,7 +9,8 @@ child, and polls, signals and kills that child through the zygote.
 The fork server is used when it can give the same isolation as the plain sandbox:
 as root with bubblewrap (the child binds its submission's own ``/tmp`` and ``/dev/shm``
 before dropping to the slot's uid), or without bubblewrap (limits only, as before).
-Only :mod:`autograder.sandbox.launcher` uses it. A grader with bubblewrap that cannot mount
+Only :mod:`autograder.sandbox.launcher`'s :class:`~autograder.sandbox.launcher.ForkedStart`
+uses it. A grader with bubblewrap that cannot mount
 (not root, or ``AUTOGRADER_NO_MOUNTS=1``), ``AUTOGRADER_FORKSERVER=0``, or a zygote
 that fails to start all fall back to starting each kernel from scratch; grading is
 slower, nothing else changes.
@@ -206,6 +207,8 @@ class ForkedKernelProvisioner(LocalProvisioner):
     """``LocalProvisioner`` whose kernels come from a zygote instead of ``Popen``."""
 
     fork_server: ForkServer | None = None
+    #: What :mod:`.inside.confine` applies in the child: ``limits``, ``uid``, ``storage``.
+    settings: dict | None = None
 
     async def launch_kernel(self, cmd: list[str], **kwargs) -> dict:
         km = self.parent
@@ -213,7 +216,7 @@ class ForkedKernelProvisioner(LocalProvisioner):
         # What bubblewrap's --chdir and --setenv give a kernel started from scratch.
         env.update(PWD=str(kwargs["cwd"]), TMPDIR="/tmp")
         self.process = self.fork_server.spawn(
-            Path(km.connection_file), Path(kwargs["cwd"]), env, km.launcher.settings()
+            Path(km.connection_file), Path(kwargs["cwd"]), env, self.settings
         )
         self.pid, self.pgid = self.process.pid, None  # signals go through the zygote
         self.cwd = kwargs.get("cwd")
