@@ -19,7 +19,9 @@ names, and only once nothing else found them. Three old names need no alias, sin
 package took the name: ``autograder.cli`` (its ``main`` is the console script),
 ``autograder.protocol`` (re-exports the errors hidden checks import) and
 ``autograder.sandbox`` (nothing outside the grader imported it). New code uses the new
-names; this file only grows when a module moves again. (The sandbox's two scripts,
+names; this file only grows when a module moves again, as ``autograder.sandbox.execute``
+did when the grading kernel became one object (:mod:`autograder.sandbox.kernel`, where
+``KernelSession`` remains a name of ``SandboxedKernel``). (The sandbox's two scripts,
 limits_launcher.py and zygote.py, were never importable, so have no alias.) Standard
 library only: the student lab wheel ships it.
 """
@@ -39,7 +41,8 @@ OLD_NAMES = {
     "autograder.roster": "autograder.workspace.roster",
     "autograder.release_steps": "autograder.workspace.release_steps",
     "autograder.formgrader_bridge": "autograder.workspace.formgrader_bridge",
-    "autograder.execute": "autograder.sandbox.execute",
+    "autograder.execute": "autograder.sandbox.kernel",
+    "autograder.sandbox.execute": "autograder.sandbox.kernel",
     "autograder.launcher": "autograder.sandbox.launcher",
     "autograder.forkserver": "autograder.sandbox.forkserver",
     "autograder.storage": "autograder.sandbox.storage",

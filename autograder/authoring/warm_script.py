@@ -17,7 +17,8 @@ caller gets a :class:`subprocess.CompletedProcess`, or :class:`subprocess.Timeou
 as from :func:`subprocess.run`. This is the kernels' fork server
 (:mod:`autograder.sandbox.inside.zygote`) without the sandbox: prepare scripts are the instructor's.
 
-Protocol, one JSON object per line each way: the server first writes
+Protocol, one JSON message per frame each way (:mod:`autograder.sandbox.inside.channel`,
+the framing of every helper's pipe): the server first writes
 ``{"ready": true}`` (or ``false`` with an ``"error"``), then answers
 ``{"op": "run", "script", "args", "cwd", "env", "stdout", "stderr"}`` with ``{"pid"}``
 and ``{"op": "wait", "pid"}`` with ``{"exit": null | code}`` (the caller kills a run
@@ -32,7 +33,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
-import json
 import os
 import runpy
 import signal
@@ -43,6 +43,8 @@ import threading
 import time
 import traceback
 from pathlib import Path
+
+from ..sandbox.inside import channel
 
 #: What a prepare run imports before it does anything of its own (seconds of CPU each,
 #: on one core): torch (1), what torch imports on the first call of an optimizer (1.5),
@@ -109,12 +111,11 @@ def _become_script(request: dict) -> None:
 def serve() -> None:
     """The server's main loop (``python -m autograder.authoring.warm_script``)."""
     # The protocol keeps the original stdout; whatever an import prints goes to stderr.
-    out = os.fdopen(os.dup(1), "w")
+    out = os.dup(1)
     os.dup2(2, 1)
 
     def reply(message: dict) -> None:
-        out.write(json.dumps(message) + "\n")
-        out.flush()
+        channel.send(out, message)
 
     for name in PRELOAD:
         with contextlib.suppress(Exception):
@@ -127,8 +128,11 @@ def serve() -> None:
     reply({"ready": True})
     children: set[int] = set()
     try:
-        for line in sys.stdin:
-            request = json.loads(line)
+        while True:
+            try:
+                request = channel.receive(0)
+            except channel.ChannelClosed:
+                break
             op = request.get("op")
             if op == "run":
                 sys.stdout.flush()
@@ -161,7 +165,7 @@ class _Server:
         self.owner = os.getpid()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "autograder.authoring.warm_script"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env={**os.environ,
                  # One OpenMP thread while importing torch: forking copies no other thread.
                  "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -169,19 +173,24 @@ class _Server:
                  "PYTHONPATH": os.pathsep.join(filter(None, [
                      str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))},
         )
-        ready = json.loads(self.proc.stdout.readline() or "{}")
+        try:
+            ready = channel.receive(self.proc.stdout)
+        except channel.ChannelClosed:
+            ready = {}
+        except channel.ChannelError:
+            self.close()
+            raise
         if not ready.get("ready"):
             self.close()
             raise OSError(ready.get("error", "the warm script server did not start"))
 
     def ask(self, request: dict) -> dict:
         with self.lock:
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
-            line = self.proc.stdout.readline()
-        if not line:
-            raise OSError("the warm script server stopped")
-        return json.loads(line)
+            try:
+                channel.send(self.proc.stdin, request)
+                return channel.receive(self.proc.stdout)
+            except channel.ChannelError as exc:  # an OSError: the caller's fall-back
+                raise OSError(f"the warm script server stopped: {exc}") from None
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -26,10 +26,10 @@ from tqdm import tqdm
 
 from ..jobs import Job, NotebookResult
 from ..sandbox import gpu
-from ..sandbox.execute import kernel_start_mode
+from ..sandbox.kernel import describe_isolation, kernel_start_mode
 from ..workspace.course import AssignmentSpec, Course, CourseError
 from . import gradebook as writer
-from .runner import WorkerSetupError, describe_isolation, grade_notebook
+from .runner import WorkerSetupError, grade_notebook
 from .sanitize import NotGradable, grade_cell_ids, sanitized_job
 from .workers import (
     raise_if_stop_requested,

@@ -14,7 +14,9 @@ kernel runs a submission (code cells in order; test cells and cells tagged
 (:meth:`autograder.protocol.kernel_side._AutograderBridge.respond`), so a replay means exactly what
 the original request meant.
 
-Messages are pickled both ways (both ends are trusted), each preceded by its length:
+Messages are pickled both ways, each in one frame of :mod:`autograder.sandbox.inside.channel`
+(the framing of every helper's pipe; pickle, not JSON, because both ends are the grader's
+own code and the requests carry tensors), at most :data:`MAX_MESSAGE` bytes:
 ``{"variant": key, "cells": [code, ...], "folder": assignment folder, "requests":
 [(request, tensors), ...]}`` is answered by ``{"replies": [(reply, tensors), ...]}`` or
 ``{"error": text}``. The grader turns notebook text into cells (:func:`graded_cells`), so
@@ -27,46 +29,35 @@ import atexit
 import contextlib
 import os
 import pickle
-import select
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
 from pathlib import Path
 
+from ..sandbox.inside import channel
+
 #: Seconds one message may take, notebook execution included (the process is then replaced).
 REPLY_TIMEOUT = 180
-_HEADER = struct.Struct("!Q")
+#: The cap on one message either way: a check's requests with their input tensors, or
+#: the replies with theirs.
+MAX_MESSAGE = 2**30
 
 
 def _write(stream, message) -> None:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)) + data)
-    stream.flush()
+    channel.send_bytes(stream, pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL),
+                       MAX_MESSAGE)
 
 
-def _read_exactly(stream, n: int) -> bytes:
-    chunks = []
-    while n:
-        chunk = stream.read(n)
-        if not chunk:
-            raise EOFError("the other end closed the pipe")
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
-
-
-def _read(stream):
-    (size,) = _HEADER.unpack(_read_exactly(stream, _HEADER.size))
-    return pickle.loads(_read_exactly(stream, size))
+def _read(stream, timeout: float | None = None):
+    return pickle.loads(channel.receive_bytes(stream, MAX_MESSAGE, timeout))
 
 
 # -- the helper process -----------------------------------------------------------------
 def graded_cells(source: str) -> list[str]:
     """The code a grading kernel runs for this notebook source, cell by cell."""
-    from ..sandbox.execute import SKIP_TAG  # imported here: the helper process never needs it
+    from ..sandbox.kernel import SKIP_TAG  # imported here: the helper process never needs it
     from ..workspace.course import notebook_from_text
 
     cells = []
@@ -224,10 +215,10 @@ class MistakeOracle:
                 message["cells"] = graded_cells(source)
             try:
                 _write(self._process.stdin, message)
-                ready, _, _ = select.select([self._process.stdout], [], [], REPLY_TIMEOUT)
-                if not ready:
-                    raise OracleError(f"no answer within {REPLY_TIMEOUT}s")
-                answer = _read(self._process.stdout)
+                try:
+                    answer = _read(self._process.stdout, timeout=REPLY_TIMEOUT)
+                except channel.ChannelTimeout:
+                    raise OracleError(f"no answer within {REPLY_TIMEOUT}s") from None
                 self._sent.add(variant)
             except (OSError, EOFError, OracleError) as exc:
                 self.close()

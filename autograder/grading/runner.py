@@ -19,14 +19,9 @@ import nbformat
 import pytest
 
 from ..jobs import CheckRecord, Job, NotebookResult
-from ..limits import Limits
 from ..protocol import kernel_side
 from ..protocol.trusted import Submission
-from ..sandbox import gpu
-from ..sandbox.execute import KernelSession
-from ..sandbox.isolation import bwrap_path, isolation_level
-from ..sandbox.slots import sandbox_slot
-from ..sandbox.storage import caps_in_force
+from ..sandbox.kernel import SandboxedKernel, describe_isolation
 
 
 class _CheckPlugin:
@@ -125,7 +120,7 @@ def run_checks(checks_dir: Path, submission: Submission) -> tuple[list[CheckReco
     return plugin.records, plugin.transcripts
 
 
-def _diagnose(job: Job, result: NotebookResult, transcripts: dict) -> None:
+def _diagnose(job: Job, result: NotebookResult, transcripts: dict, uses_gpu: bool) -> None:
     """Name the classic mistakes behind failing checks (see :mod:`autograder.grading.diagnosis`)."""
     if job.assignment_dir is None or all(c.passed for c in result.checks):
         return
@@ -135,16 +130,10 @@ def _diagnose(job: Job, result: NotebookResult, transcripts: dict) -> None:
 
     folder = Path(job.assignment_dir)
     spec = AssignmentSpec.load(folder.name, folder.parent)
-    oracle = shared_oracle(uses_gpu=gpu.in_use(job.limits))
+    oracle = shared_oracle(uses_gpu=uses_gpu)
     diagnoses = diagnose(spec, job.notebook_id, result.checks, transcripts, oracle)
     annotate(result.checks, diagnoses)
     result.diagnoses = [d.as_dict() for d in diagnoses]
-
-
-def describe_isolation(limits: Limits) -> str:
-    """The isolation line: the sandbox in force and the caps, with what holds each."""
-    return (f"{isolation_level()}; caps: {caps_in_force(limits, bwrap_path() is not None)}"
-            + (f"; {gpu.describe(gpu.available())}" if limits.gpu else ""))
 
 
 class WorkerSetupError(RuntimeError):
@@ -165,13 +154,13 @@ def _check_paths(job: Job) -> None:
 
 
 def grade_notebook(job: Job) -> NotebookResult:
-    """Execute and check one notebook of one submission."""
+    """Execute and check one notebook of one submission.
+
+    The job talks to one object, its :class:`~autograder.sandbox.kernel.SandboxedKernel`:
+    made (a slot, the capped storage with the handed-in files, the start strategy),
+    started, asked to run the notebook, handed to the checks as their transport, and
+    closed, whatever happened."""
     _check_paths(job)
-    with sandbox_slot() as slot:
-        return _grade_notebook(job, slot)
-
-
-def _grade_notebook(job: Job, slot: int) -> NotebookResult:
     started = time.monotonic()
     nb = nbformat.from_dict(job.notebook)
     result = NotebookResult(job.student, job.assignment, job.notebook_id, nb,
@@ -184,40 +173,37 @@ def _grade_notebook(job: Job, slot: int) -> NotebookResult:
         result.timings[name] = round(now - mark, 3)
         mark = now
 
-    session = None
+    kernel = None
     try:
-        session = KernelSession(job.limits, slot=slot, hidden=job.hidden,
-                                submission_dir=job.submission_dir,
-                                notebook_name=f"{job.notebook_id}.ipynb")
-        session.start(nb)
+        kernel = SandboxedKernel(job.limits, hidden=job.hidden,
+                                 submission_dir=job.submission_dir,
+                                 notebook_name=f"{job.notebook_id}.ipynb")
+        kernel.start(nb)
         lap("kernel_start")
         # The first kernel of a grading worker also waits for the worker's fork server to
         # load the libraries: a one-off, kept apart so it is not read as a slow start.
-        warm_up = round(session.launcher.warm_up_seconds, 3)
+        warm_up = round(kernel.warm_up_seconds, 3)
         if warm_up:
             start_alone = max(result.timings["kernel_start"] - warm_up, 0)
             result.timings = {"warm_up": warm_up, "kernel_start": round(start_alone, 3)}
-        test_ids = set(job.test_cell_ids)
-        session.run_notebook(
-            nb, skip=lambda cell: cell.metadata.get("nbgrader", {}).get("grade_id") in test_ids
-        )
+        kernel.run_notebook(nb, skip_grade_ids=job.test_cell_ids)
         lap("notebook")
-        if session.alive():
-            session.install_bridge(kernel_side.kernel_source())
-        submission = Submission(session, nb, session.storage.exchange_dir, forbid=job.forbid,
+        if kernel.alive():
+            kernel.install_bridge(kernel_side.kernel_source())
+        submission = Submission(kernel, nb, kernel.exchange_dir, forbid=job.forbid,
                                 call_timeout=job.limits.call_timeout)
         result.checks, transcripts = run_checks(Path(job.checks_dir), submission)
         lap("checks")
         try:
-            _diagnose(job, result, transcripts)
+            _diagnose(job, result, transcripts, kernel.uses_gpu)
         except Exception as exc:  # a diagnosis is a courtesy: it never costs a grade
             result.events.append(f"no diagnosis: {type(exc).__name__}: {exc}"[:300])
         lap("diagnosis")
     except Exception as exc:  # the grader must survive any submission
         result.events.append(f"grading error: {type(exc).__name__}: {exc}"[:1000])
     finally:
-        if session is not None:
-            session.close()
-            result.events[:0] = session.events
+        if kernel is not None:
+            kernel.close()
+            result.events[:0] = kernel.events
     result.seconds = round(time.monotonic() - started, 2)
     return result

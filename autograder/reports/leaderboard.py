@@ -355,8 +355,7 @@ def retrain_in_sandbox(course: Course, spec: AssignmentSpec, student: str, confi
     from ..jobs import NotebookResult
     from ..protocol import kernel_side
     from ..protocol.trusted import Submission
-    from ..sandbox.execute import KernelSession
-    from ..sandbox.slots import sandbox_slot
+    from ..sandbox.kernel import SandboxedKernel
 
     notebook_id = spec.notebooks[0]
     with course.gradebook() as gb:
@@ -368,26 +367,21 @@ def retrain_in_sandbox(course: Course, spec: AssignmentSpec, student: str, confi
         spec.limits, submission_timeout=spec.limits.submission_timeout + seconds,
         cpu_seconds=int(spec.limits.cpu_seconds + seconds * 2))
     test_ids = set(job.test_cell_ids)
-    with sandbox_slot() as slot:
-        session = KernelSession(limits, slot=slot, hidden=job.hidden,
-                                submission_dir=job.submission_dir,
-                                notebook_name=f"{notebook_id}.ipynb")
+    with SandboxedKernel(limits, hidden=job.hidden, submission_dir=job.submission_dir,
+                         notebook_name=f"{notebook_id}.ipynb") as kernel:
         try:
-            session.start(job.notebook)
-            session.run_notebook(job.notebook, skip=lambda cell: cell.metadata.get(
-                "nbgrader", {}).get("grade_id") in test_ids)
-            if not session.alive():
+            kernel.start(job.notebook)
+            kernel.run_notebook(job.notebook, skip_grade_ids=test_ids)
+            if not kernel.alive():
                 raise Unranked("its kernel died while the notebook ran")
-            session.install_bridge(kernel_side.kernel_source())
-            submission = Submission(session, job.notebook, session.storage.exchange_dir,
+            kernel.install_bridge(kernel_side.kernel_source())
+            submission = Submission(kernel, job.notebook, kernel.exchange_dir,
                                     forbid=job.forbid, call_timeout=seconds)
             weights = submission.run(RETRAIN, config=config_json, run=run, timeout=seconds)
         except Unranked:
             raise
         except Exception as exc:  # a submission that cannot retrain is a finding, not a crash
             raise Unranked(f"retraining failed: {type(exc).__name__}: {exc}"[:300]) from None
-        finally:
-            session.close()
     if not isinstance(weights, dict):
         raise Unranked("retraining returned no weights")
     return weights

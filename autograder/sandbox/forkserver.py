@@ -9,7 +9,8 @@ child, and polls, signals and kills that child through the zygote.
 The fork server is used when it can give the same isolation as the plain sandbox:
 as root with bubblewrap (the child binds its submission's own ``/tmp`` and ``/dev/shm``
 before dropping to the slot's uid), or without bubblewrap (limits only, as before).
-Only :mod:`autograder.sandbox.launcher` uses it. A grader with bubblewrap that cannot mount
+Only :mod:`autograder.sandbox.launcher`'s :class:`~autograder.sandbox.launcher.ForkedStart`
+uses it. A grader with bubblewrap that cannot mount
 (not root, or ``AUTOGRADER_NO_MOUNTS=1``), ``AUTOGRADER_FORKSERVER=0``, or a zygote
 that fails to start all fall back to starting each kernel from scratch; grading is
 slower, nothing else changes.
@@ -19,10 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import json
 import logging
 import os
-import select
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from pathlib import Path
 from jupyter_client.provisioning import LocalProvisioner
 
 from ..limits import COVER_BYTES
+from .inside import channel
 from .inside.confine import INSIDE_DIR
 from .isolation import bwrap_arguments, bwrap_path, kernel_environment, paths_to_cover
 from .storage import can_mount, scratch_root
@@ -108,25 +108,23 @@ class ForkServer:
         args += ["--chdir", "/"]
         return [*args, "--", sys.executable, f"{INSIDE_DIR}/zygote.py", *PRELOAD]
 
-    # -- talking to the zygote --------------------------------------------------------
+    # -- talking to the zygote (framed JSON, :mod:`.inside.channel`) ------------------
     def _read_reply(self, timeout: float) -> dict:
-        stdout = self.process.stdout
-        ready, _, _ = select.select([stdout], [], [], timeout)
-        line = stdout.readline() if ready else b""
-        if not line:
+        try:
+            return channel.receive(self.process.stdout, timeout=timeout)
+        except channel.ChannelError as exc:
             self._log.seek(0)
             tail = self._log.read()[-2000:].decode(errors="replace")
-            state = "no answer" if ready or self.process.poll() is not None else "timed out"
-            raise ForkServerError(f"fork server: {state}; its log ends: {tail.strip()}")
-        return json.loads(line)
+            state = ("timed out" if isinstance(exc, channel.ChannelTimeout)
+                     and self.process.poll() is None else "no answer")
+            raise ForkServerError(f"fork server: {state}; its log ends: {tail.strip()}") from None
 
     def request(self, message: dict, timeout: float = 60) -> dict:
         with self._lock:
             if self.process.poll() is not None:
                 raise ForkServerError("the fork server has exited")
             try:
-                self.process.stdin.write((json.dumps(message) + "\n").encode())
-                self.process.stdin.flush()
+                channel.send(self.process.stdin, message)
             except OSError as exc:
                 raise ForkServerError(f"the fork server stopped listening: {exc}") from None
             return self._read_reply(timeout)
@@ -156,7 +154,7 @@ class ForkServer:
     def close(self) -> None:
         if self.process.poll() is None:
             try:
-                self.process.stdin.write(b'{"op": "quit"}\n')
+                channel.send(self.process.stdin, {"op": "quit"})
                 self.process.stdin.close()
                 self.process.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
@@ -209,6 +207,8 @@ class ForkedKernelProvisioner(LocalProvisioner):
     """``LocalProvisioner`` whose kernels come from a zygote instead of ``Popen``."""
 
     fork_server: ForkServer | None = None
+    #: What :mod:`.inside.confine` applies in the child: ``limits``, ``uid``, ``storage``.
+    settings: dict | None = None
 
     async def launch_kernel(self, cmd: list[str], **kwargs) -> dict:
         km = self.parent
@@ -216,7 +216,7 @@ class ForkedKernelProvisioner(LocalProvisioner):
         # What bubblewrap's --chdir and --setenv give a kernel started from scratch.
         env.update(PWD=str(kwargs["cwd"]), TMPDIR="/tmp")
         self.process = self.fork_server.spawn(
-            Path(km.connection_file), Path(kwargs["cwd"]), env, km.launcher.settings()
+            Path(km.connection_file), Path(kwargs["cwd"]), env, self.settings
         )
         self.pid, self.pgid = self.process.pid, None  # signals go through the zygote
         self.cwd = kwargs.get("cwd")

@@ -158,7 +158,8 @@ def kept_under_tmp(workdir: Path | None = None) -> list[list]:
 
 
 def inside_files() -> list[str]:
-    """bwrap arguments that show confine.py, limits_launcher.py and zygote.py, read-only,
+    """bwrap arguments that show the files of :data:`confine.INSIDE_FILES` (confine.py,
+    limits_launcher.py, zygote.py, channel.py), read-only,
     in :data:`confine.INSIDE_DIR`: the only files of the autograder a sandbox holds."""
     args = []
     for name in confine.INSIDE_FILES:
@@ -167,9 +168,10 @@ def inside_files() -> list[str]:
 
 
 def wrap_command(cmd: list[str], workdir: Path, settings: dict,
-                 hidden: list[Path] | tuple[Path, ...] = (), storage=None,
+                 hidden: list[Path] | tuple[Path, ...] = (), *, bwrap: str | None,
+                 tmp: str | int = COVER_BYTES, shm: str | int | None = None,
                  uses_gpu: bool = False) -> list[str]:
-    """Wrap a kernel command line with the limits launcher and, if available, bubblewrap.
+    """Wrap a kernel command line with the limits launcher and, with ``bwrap``, bubblewrap.
 
     Args:
         cmd: the kernel's own argv (``python -m ipykernel_launcher -f conn.json``).
@@ -178,11 +180,13 @@ def wrap_command(cmd: list[str], workdir: Path, settings: dict,
             ``storage`` (see there).
         hidden: extra host paths to hide even if they sit under a readable root
             (the course workspace, the hidden checks, a solutions directory).
-        storage: the submission's :class:`autograder.sandbox.storage.Storage` (its ``/tmp``
-            and ``/dev/shm``).
+        tmp, shm: what the sandbox shows at ``/tmp`` and ``/dev/shm``: the host folder of
+            the submission's own area, or the size of a tmpfs for bubblewrap to mount
+            (:meth:`autograder.sandbox.storage.Storage.sandbox_tmp`).
+        bwrap: the bubblewrap binary (:func:`bwrap_path`, asked once by the kernel), or
+            None for resource limits only.
         uses_gpu: show the GPU to the kernel (:mod:`autograder.sandbox.gpu`).
     """
-    bwrap = bwrap_path()
     settings = {**settings, "workdir": str(workdir)}
     if bwrap is None:
         launcher = str(_HERE / "limits_launcher.py")
@@ -190,8 +194,7 @@ def wrap_command(cmd: list[str], workdir: Path, settings: dict,
     # bubblewrap mounts /tmp and /dev/shm itself: nothing left for the launcher.
     settings["storage"] = None
     args = bwrap_arguments(bwrap, writable=workdir, hidden=hidden,
-                           tmp=storage.sandbox_tmp(), shm=storage.sandbox_shm(),
-                           uses_gpu=uses_gpu)
+                           tmp=tmp, shm=shm, uses_gpu=uses_gpu)
     args += ["--chdir", str(workdir)]
     args += ["--setenv", "HOME", str(workdir), "--setenv", "TMPDIR", "/tmp"]
     launcher = f"{confine.INSIDE_DIR}/limits_launcher.py"

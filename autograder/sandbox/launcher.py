@@ -1,11 +1,22 @@
-"""Starting and stopping one sandboxed kernel: one interface, two ways.
+"""How a grading kernel's process comes to be: the start strategies, chosen once per kernel.
 
-:class:`KernelLauncher` is all :mod:`autograder.sandbox.execute` knows about how a kernel
-comes to be. It asks this worker's fork server (:mod:`autograder.sandbox.forkserver`) for a
-child of its preloaded template when there is one, and otherwise starts the kernel from
-scratch inside bubblewrap (:func:`autograder.sandbox.isolation.wrap_command`); both kernels look
-the same from inside (``tests/autograder/test_forkserver.py``). Nothing else in the
-grader talks to the fork server.
+A :class:`~autograder.sandbox.kernel.SandboxedKernel` picks its strategy once, when it is
+made (:func:`choose`), and from then on only calls it:
+
+* :class:`ForkedStart`: a child of this worker's fork server
+  (:mod:`autograder.sandbox.forkserver`, a template that imported torch and IPython once,
+  inside the same sandbox). If the fork server cannot give a kernel, that one start
+  falls back to a fresh interpreter: slower, same isolation.
+* :class:`FreshStart`: a fresh interpreter, ``python -m ipykernel_launcher``, run by the
+  limits launcher (:mod:`.inside.limits_launcher`) inside bubblewrap where it is installed
+  (:func:`autograder.sandbox.isolation.wrap_command`), with the GPU's devices for a kernel
+  that uses one (:mod:`autograder.sandbox.gpu`).
+
+Both are told everything in one :class:`Launch` (working directory, environment, what
+:mod:`.inside.confine` applies, what the sandbox shows at ``/tmp`` and ``/dev/shm``), made
+by the kernel before it starts: a strategy never asks the kernel, or its storage, for
+anything, and both kernels look the same from inside (``tests/autograder/test_forkserver.py``).
+Nothing else in the grader talks to the fork server.
 
 It also takes out jupyter_client's fixed pauses. jupyter_client is written for
 notebooks that live for hours, where a few hundred milliseconds at start and stop go
@@ -18,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import subprocess
@@ -32,13 +44,28 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
 from traitlets import default
 
-from ..limits import Limits
-from . import forkserver, gpu
-from .isolation import bwrap_path, kept_under_tmp, kernel_environment, sandbox_uid, wrap_command
-from .slots import hand_over, kill_strays
-from .storage import Storage, scratch_root
+from . import forkserver
+from .isolation import wrap_command
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """Everything a strategy needs to start one kernel, fixed before it starts."""
+
+    workdir: Path
+    #: The kernel's environment (:func:`autograder.sandbox.isolation.kernel_environment`).
+    env: dict
+    #: What :mod:`.inside.confine` applies: ``limits``, ``uid``, ``storage``.
+    settings: dict
+    #: What bubblewrap shows at ``/tmp`` and ``/dev/shm``: a host folder, or a tmpfs size.
+    tmp: str | int
+    shm: str | int
+    hidden: tuple[Path, ...]
+    #: The bubblewrap binary, or None: resource limits only.
+    bwrap: str | None
+    uses_gpu: bool
 
 
 def start_mode(uses_gpu: bool = False) -> str:
@@ -50,135 +77,139 @@ def start_mode(uses_gpu: bool = False) -> str:
     return "forked from a preloaded template (fork server)"
 
 
-class KernelLauncher:
-    """Starts, kills and stops the kernels of one submission (one at a time)."""
+class FreshStart:
+    """A fresh interpreter, confined by the limits launcher, in bubblewrap if installed."""
 
-    def __init__(self, storage: Storage, limits: Limits, slot: int, hidden=(),
-                 use_fork_server: bool = True):
-        self.storage, self.limits, self.slot = storage, limits, slot
-        self.hidden = tuple(Path(p) for p in hidden)
-        self.use_fork_server = use_fork_server
-        #: Whether this submission's kernels see the GPU (:mod:`autograder.sandbox.gpu`).
-        self.uses_gpu = gpu.in_use(limits)
-        self.km: SandboxedKernelManager | None = None
+    #: Seconds this strategy spent starting a fork server (none).
+    warm_up_seconds = 0.0
+
+    def start(self, launch: Launch) -> SandboxedKernelManager:
+        return _start_kernel(launch, fork_server=None)
+
+
+#: Starts a fresh interpreter (no state: one for every kernel).
+FRESH = FreshStart()
+
+
+class ForkedStart:
+    """A child of the worker's fork server for this slot and sandbox layout.
+
+    Without a fork server (off here, or it failed to start) each start is a fresh
+    interpreter. Where the fork server fails to give a child, :meth:`start` returns
+    None: the kernel then clears its slot and starts from scratch (:data:`FRESH`),
+    slower, with the same isolation."""
+
+    def __init__(self, slot: int, hidden: tuple[Path, ...]):
+        self.slot, self.hidden = slot, hidden
         #: Seconds spent starting this slot's fork server (once per grading worker).
         self.warm_up_seconds = 0.0
-        self._context: zmq.asyncio.Context | None = None
-        self._inside_pid: int | None = None
 
-    @property
-    def forked(self) -> bool:
-        """Whether the running kernel came from the fork server."""
-        return self.km is not None and self.km.fork_server is not None
-
-    def start(self) -> SandboxedKernelManager:
-        """A started kernel manager; from the fork server if it can, else from scratch."""
-        server = self._fork_server()
-        try:
-            return self._start(server)
-        except forkserver.ForkServerError as exc:
-            # Slower, same isolation: start this kernel from scratch.
-            log.warning("fork server failed (%s); starting the kernel from scratch", exc)
-            self.stop()
-            return self._start(None)
-
-    def _fork_server(self):
-        if not self.use_fork_server or self.uses_gpu:  # the template has no GPU
-            return None
+    def _server(self):
         started = time.monotonic()
         server = forkserver.get(self.slot, self.hidden)
         if server is not None and server.started_at >= started:  # this call started it
             self.warm_up_seconds += time.monotonic() - started
         return server
 
-    def _start(self, server) -> SandboxedKernelManager:
-        workdir = self.storage.workdir
-        self._context = zmq.asyncio.Context()
-        self._inside_pid = None
-        self.km = SandboxedKernelManager(
-            kernel_name="python3",
-            launcher=self,
-            fork_server=server,
-            client_class="autograder.sandbox.launcher.FastStartKernelClient",
-            # Ours, not the manager's: it would destroy it waiting 100 ms for messages
-            # that a killed kernel will never read.
-            context=self._context,
-            transport="ipc",
-            ip=str(workdir / ".kernel-ipc"),
-        )
-        self.km.connection_file = str(workdir / ".kernel-connection.json")
-        # Signals cannot cross into the sandbox's PID namespace: interrupt through
-        # the control channel instead, and ipykernel signals itself.
-        self.km.kernel_spec.interrupt_mode = "message"
+    def start(self, launch: Launch) -> SandboxedKernelManager | None:
+        server = self._server()
+        if server is None:
+            return FRESH.start(launch)
+        try:
+            return _start_kernel(launch, fork_server=server)
+        except forkserver.ForkServerError as exc:
+            log.warning("fork server failed (%s); starting the kernel from scratch", exc)
+            return None
+
+
+def choose(uses_gpu: bool, slot: int, hidden: tuple[Path, ...],
+           use_fork_server: bool = True) -> ForkedStart | FreshStart:
+    """The start strategy of one kernel: the fork server where it is on and can serve this
+    kernel (its template has no GPU), else a fresh interpreter."""
+    if use_fork_server and not uses_gpu and forkserver.enabled():
+        return ForkedStart(slot, hidden)
+    return FRESH
+
+
+def _start_kernel(launch: Launch, fork_server) -> SandboxedKernelManager:
+    """A started kernel manager; on failure nothing of it is left running."""
+    km = SandboxedKernelManager(
+        kernel_name="python3",
+        launch=launch,
+        fork_server=fork_server,
+        client_class="autograder.sandbox.launcher.FastStartKernelClient",
+        # Ours, not the manager's: it would destroy it waiting 100 ms for messages
+        # that a killed kernel will never read.
+        context=zmq.asyncio.Context(),
+        transport="ipc",
+        ip=str(launch.workdir / ".kernel-ipc"),
+    )
+    km.connection_file = str(launch.workdir / ".kernel-connection.json")
+    # Signals cannot cross into the sandbox's PID namespace: interrupt through
+    # the control channel instead, and ipykernel signals itself.
+    km.kernel_spec.interrupt_mode = "message"
+    try:
         # The kernel's own console chatter is of no use to anyone grading.
-        run_sync(self.km.start_kernel)(
-            env=kernel_environment(workdir, self.storage.tmpdir(), self.uses_gpu),
-            cwd=str(workdir),
+        run_sync(km.start_kernel)(
+            env=launch.env,
+            cwd=str(launch.workdir),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        return self.km
+    except BaseException:
+        stop_kernel(km)
+        raise
+    return km
 
-    def settings(self) -> dict:
-        """What :mod:`.inside.confine` applies in the sandbox, for either start path."""
-        # The cover hides this worker's other submissions (bubblewrap shows its whole
-        # scratch folder to the fork server).
-        keep = kept_under_tmp(self.storage.workdir)
-        storage = self.storage.private_storage(keep, cover=scratch_root())
-        return {
-            "limits": self.limits.rlimits(self.storage.mounted, self.uses_gpu),
-            "uid": sandbox_uid(self.slot),
-            "storage": storage,
-        }
 
-    def kill(self) -> None:
-        """Kill the running kernel at once (safe from another thread: the watchdog)."""
-        km = self.km
-        process = getattr(getattr(km, "provisioner", None), "process", None)
-        if process is not None:
-            with contextlib.suppress(Exception):
-                process.kill()
-        kill_strays(self.slot, everything=True)
+def kernel_process(km: AsyncKernelManager | None):
+    """The kernel's process as its provisioner holds it: a ``Popen`` (started from
+    scratch) or a :class:`~autograder.sandbox.forkserver.ForkedKernelProcess`; or None."""
+    return getattr(getattr(km, "provisioner", None), "process", None)
 
-    def stop(self) -> None:
-        """Stop the kernel, and every process of this submission with it."""
-        if self.km is not None:
-            with contextlib.suppress(Exception):
-                run_sync(kill_kernel_now)(self.km)
-            with contextlib.suppress(Exception):
-                run_sync(self.km.cleanup_resources)()
-        if self._context is not None:
-            self._context.destroy(linger=0)
-            self._context = None
-        # Nothing of this kernel may outlive it, not even a daemon that left its tree.
-        kill_strays(self.slot, everything=True)
-        self.km = None
 
-    def inside_pid(self) -> int | None:
-        """A process inside the kernel's sandbox (bubblewrap started from scratch), to
-        read the sandbox's own /tmp and /dev/shm through /proc/PID/root."""
-        process = getattr(getattr(self.km, "provisioner", None), "process", None)
-        if not isinstance(process, subprocess.Popen) or bwrap_path() is None:
-            return None
-        if self._inside_pid is None:
-            import psutil
+def kill_kernel(km: AsyncKernelManager | None) -> None:
+    """Kill the kernel's process at once (safe from another thread: the watchdog)."""
+    process = kernel_process(km)
+    if process is not None:
+        with contextlib.suppress(Exception):
+            process.kill()
 
-            mine = os.readlink("/proc/self/ns/mnt")
-            with contextlib.suppress(psutil.Error, OSError):
-                for child in psutil.Process(process.pid).children(recursive=True):
-                    if os.readlink(f"/proc/{child.pid}/ns/mnt") != mine:
-                        self._inside_pid = child.pid
-                        break
-        return self._inside_pid
+
+def stop_kernel(km: AsyncKernelManager | None) -> None:
+    """Stop the kernel and free what its manager holds (its sockets' context)."""
+    if km is None:
+        return
+    with contextlib.suppress(Exception):
+        run_sync(kill_kernel_now)(km)
+    with contextlib.suppress(Exception):
+        run_sync(km.cleanup_resources)()
+    km.context.destroy(linger=0)
+
+
+def process_inside(km: AsyncKernelManager | None) -> int | None:
+    """A process inside the sandbox of a kernel that bubblewrap started from scratch (its
+    own /tmp and /dev/shm can be read through /proc/PID/root), or None."""
+    process = kernel_process(km)
+    if not isinstance(process, subprocess.Popen):
+        return None
+    import psutil
+
+    mine = os.readlink("/proc/self/ns/mnt")
+    with contextlib.suppress(psutil.Error, OSError):
+        for child in psutil.Process(process.pid).children(recursive=True):
+            if os.readlink(f"/proc/{child.pid}/ns/mnt") != mine:
+                return child.pid
+    return None
 
 
 class SandboxedKernelManager(AsyncKernelManager):
     """A KernelManager whose kernel runs sandboxed: forked by a zygote when it has a
     ``fork_server``, else started by the command of :func:`wrap_command`."""
 
-    def __init__(self, *args, launcher: KernelLauncher, fork_server=None, **kwargs):
+    def __init__(self, *args, launch: Launch, fork_server=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.launcher, self.fork_server = launcher, fork_server
+        self.launch, self.fork_server = launch, fork_server
 
     async def _async_pre_start_kernel(self, **kw):
         if self.fork_server is not None and self.provisioner is None:
@@ -187,20 +218,24 @@ class SandboxedKernelManager(AsyncKernelManager):
                 kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self
             )
             self.provisioner.fork_server = self.fork_server
+            self.provisioner.settings = self.launch.settings
         return await super()._async_pre_start_kernel(**kw)
 
     def write_connection_file(self, **kwargs):
         super().write_connection_file(**kwargs)
         # The file holds the session key: readable by the sandbox's uid only.
-        hand_over(Path(self.connection_file), self.launcher.slot)
+        uid = self.launch.settings["uid"]
+        if uid is not None:
+            os.chown(self.connection_file, uid, uid, follow_symlinks=False)
 
     def format_kernel_cmd(self, extra_arguments=None):
         cmd = super().format_kernel_cmd(extra_arguments)
         if self.fork_server is not None:
             return cmd  # the zygote needs only the connection file
-        launcher = self.launcher
-        return wrap_command(cmd, launcher.storage.workdir, launcher.settings(),
-                            launcher.hidden, launcher.storage, launcher.uses_gpu)
+        launch = self.launch
+        return wrap_command(cmd, launch.workdir, launch.settings, launch.hidden,
+                            bwrap=launch.bwrap, tmp=launch.tmp, shm=launch.shm,
+                            uses_gpu=launch.uses_gpu)
 
 
 class FastStartKernelClient(AsyncKernelClient):

@@ -5,7 +5,9 @@ machine runs as an unprivileged uid of its own (:func:`autograder.sandbox.isolat
 That makes two things easy and exact: the process limit counts only that kernel's
 processes, and "everything this submission started" is "every process of that uid",
 so :func:`kill_strays` can stop a fork bomb or a daemon that escaped the kernel's
-process tree. A slot is claimed with :func:`sandbox_slot`.
+process tree. A slot is claimed with :func:`sandbox_slot`; the kernel that holds it
+decides its uid once and keeps both in a :class:`Slot`, which :func:`hand_over` and
+:func:`kill_strays` read instead of asking again.
 """
 
 from __future__ import annotations
@@ -21,6 +23,23 @@ from pathlib import Path
 from .isolation import sandbox_uid
 
 SLOTS = 4000
+
+
+class Slot(int):
+    """A claimed slot's number, with the uid its kernel's processes run as (None: the
+    grader's own), decided once by :class:`autograder.sandbox.kernel.SandboxedKernel`."""
+
+    uid: int | None
+
+    def __new__(cls, number: int, uid: int | None):
+        slot = super().__new__(cls, number)
+        slot.uid = uid
+        return slot
+
+
+def _uid(slot: int) -> int | None:
+    """The uid of ``slot``: the one its kernel decided, else the rule for a bare number."""
+    return slot.uid if isinstance(slot, Slot) else sandbox_uid(slot)
 
 
 @contextlib.contextmanager
@@ -57,7 +76,7 @@ def sandbox_slot():
 
 def hand_over(path: Path, slot: int) -> None:
     """Give the sandbox's uid ownership of ``path`` (and what is under it)."""
-    uid = sandbox_uid(slot)
+    uid = _uid(slot)
     if uid is None:
         return
     for item in [path, *path.rglob("*")] if path.is_dir() else [path]:
@@ -74,7 +93,7 @@ def kill_strays(slot: int, everything: bool = False) -> int:
     so nothing of one submission outlives it. Returns how many processes were killed.
     Safe to call from any thread.
     """
-    uid = sandbox_uid(slot)
+    uid = _uid(slot)
     if uid is None:
         return 0
     killed: set[int] = set()

@@ -22,10 +22,11 @@ working directory is an ordinary folder on disk that a *watchdog* measures while
 kernel runs; without bubblewrap ``/tmp`` and ``/dev/shm`` are the machine's own, and
 only ``TMPDIR`` points into a watched folder. :func:`caps_in_force` says which holds.
 
-Either way the session polls :meth:`Storage.full_areas` (a few ``statvfs`` calls, or a
+Either way the kernel polls :meth:`Storage.full_areas` (a few ``statvfs`` calls, or a
 walk of the working directory) while a cell runs and after it. A cell that fills an
 area is stopped, noted, and the kernel restarts on empty areas
-(:mod:`autograder.sandbox.execute`).
+(:mod:`autograder.sandbox.kernel`). Storage calls nothing of the kernel's: what it needs
+to know of a running kernel (a process inside bubblewrap) it is given.
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ from pathlib import Path
 
 from ..limits import COVER_BYTES, Limits, format_size
 from .inside import confine
-from .slots import hand_over
 
 #: Files the grader itself keeps in a working directory (connection file, sockets,
 #: IPython's and matplotlib's folders, the check exchange): not counted against the cap.
@@ -162,10 +162,13 @@ def can_mount() -> bool:
 
 
 class Storage:
-    """The three capped areas of one submission, under ``scratch`` (a fresh folder)."""
+    """The three capped areas of one submission, under ``scratch`` (a fresh folder).
 
-    def __init__(self, scratch: Path, limits: Limits, slot: int, sandboxed: bool):
-        self.scratch, self.limits, self.slot = Path(scratch), limits, slot
+    The areas are the grader's until the kernel that holds them gives the working
+    directory to its slot's uid (after making them, filling them and each reset)."""
+
+    def __init__(self, scratch: Path, limits: Limits, sandboxed: bool):
+        self.scratch, self.limits = Path(scratch), limits
         self.sandboxed = sandboxed  # bubblewrap in use
         self.mounted = can_mount()
         self.workdir = self.scratch / "work"
@@ -173,9 +176,9 @@ class Storage:
         self.shm = self.scratch / "shm"
         self.exchange_dir = self.workdir / EXCHANGE
         self._source: tuple[Path, str] | None = None
-        #: A process inside the sandbox, to read its own /tmp and /dev/shm through
-        #: /proc/PID/root (bubblewrap without root); set by the session.
-        self.inside_pid = None
+        #: Whether measuring /tmp and /dev/shm needs a process inside the sandbox (they
+        #: are bubblewrap's own, without root): :meth:`full_areas` then wants its pid.
+        self.reads_inside = self.sandboxed and not self.mounted
         try:
             self._create()
             self._populate()
@@ -212,7 +215,6 @@ class Storage:
                     f"{self.limits.max_files:,} files)") from None
             raise
         self.exchange_dir.mkdir(exist_ok=True)
-        hand_over(self.workdir, self.slot)
 
     def reset(self) -> None:
         """Empty every area and copy the submission in again (call with no kernel)."""
@@ -251,14 +253,18 @@ class Storage:
                 "cover": str(cover) if cover else None, "cover_bytes": COVER_BYTES}
 
     # -- how full --------------------------------------------------------------------------
-    def full_areas(self) -> list[str]:
-        """What was filled, as a student reads it: ``["wrote more than 512 MiB to /tmp"]``."""
+    def full_areas(self, inside_pid: int | None = None) -> list[str]:
+        """What was filled, as a student reads it: ``["wrote more than 512 MiB to /tmp"]``.
+
+        ``inside_pid``: a process inside the kernel's sandbox, through whose
+        ``/proc/PID/root`` bubblewrap's own /tmp and /dev/shm are read (see
+        :attr:`reads_inside`); without it those two are not measured."""
         lim, found = self.limits, []
         for name, path, cap in (("the working directory", self.workdir, lim.workdir_bytes),
                                 ("/tmp", self.tmp, lim.tmp_bytes),
                                 ("/dev/shm", self.shm, lim.shm_bytes)):
             try:
-                use = self._use(name, path, cap)
+                use = self._use(name, path, cap, inside_pid)
             except OSError:  # being reset or removed: nothing to measure
                 use = None
             if use is None:
@@ -270,18 +276,18 @@ class Storage:
                 found.append(f"wrote more than {format_size(cap)} to {name}")
         return found
 
-    def _use(self, name: str, host: Path, cap: int) -> tuple[int, int] | None:
+    def _use(self, name: str, host: Path, cap: int,
+             inside_pid: int | None) -> tuple[int, int] | None:
         """(free bytes, free files) of one area, or None where it cannot be measured."""
         if self.mounted:
             return _statvfs_free(host)
         if host == self.workdir or (host == self.tmp and not self.sandboxed):
             used, files = _tree_use(host)  # a watched folder
             return cap - used, self.limits.max_files + PLUMBING_FILES - files
-        pid = self.inside_pid() if self.sandboxed and self.inside_pid else None
-        if pid is None:
+        if inside_pid is None:
             return None
         with contextlib.suppress(OSError):
-            return _statvfs_free(Path(f"/proc/{pid}/root{name}"))
+            return _statvfs_free(Path(f"/proc/{inside_pid}/root{name}"))
         return None
 
 

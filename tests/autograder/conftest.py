@@ -77,21 +77,16 @@ def tiny_course(tmp_path_factory):
 
 @pytest.fixture
 def run_cell():
-    """``run_cell(code, limits)``: run one code cell in a fresh sandboxed kernel session;
-    returns its text and error output and the (closed) session."""
+    """``run_cell(code, limits)``: run one code cell in a fresh sandboxed kernel;
+    returns its text and error output and the (closed) kernel."""
     import nbformat
 
-    from autograder.sandbox import slots
-    from autograder.sandbox.execute import KernelSession
+    from autograder.sandbox.kernel import SandboxedKernel
 
     def run(code: str, limits):
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
-        with slots.sandbox_slot() as slot:
-            session = KernelSession(limits, slot=slot)
-            try:
-                session.run_notebook(nb)
-            finally:
-                session.close()
+        with SandboxedKernel(limits) as session:  # claims a slot of its own
+            session.run_notebook(nb)
         outputs = nb.cells[0].outputs
         return "".join(str(o.get("text", "")) + str(o.get("evalue", "")) for o in outputs), session
 

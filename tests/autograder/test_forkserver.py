@@ -11,7 +11,7 @@ import pytest
 from autograder.limits import GiB, Limits
 from autograder.sandbox import forkserver, slots
 from autograder.sandbox import isolation as sandbox
-from autograder.sandbox.execute import KernelSession
+from autograder.sandbox.kernel import SandboxedKernel
 from autograder.sandbox.storage import can_mount
 
 pytestmark = pytest.mark.skipif(not forkserver.enabled(), reason="fork server unavailable here")
@@ -22,11 +22,11 @@ def _run(cells, *, fork=True, slot=None, limits=None):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     limits = limits or Limits(cell_timeout=30)
     with slots.sandbox_slot() as claimed:
-        session = KernelSession(limits, slot=claimed if slot is None else slot,
-                                use_fork_server=fork)
+        session = SandboxedKernel(limits, slot=claimed if slot is None else slot,
+                                  use_fork_server=fork)
         try:
             session.run_notebook(nb)
-            forked = session.launcher.forked
+            forked = session.forked
         finally:
             session.close()
     texts = ["".join(str(o.get("text", "")) + str(o.get("evalue", "")) for o in c.outputs)

@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from autograder.limits import GiB, Limits
-from autograder.sandbox import gpu
+from autograder.sandbox import gpu, launcher
 from autograder.sandbox import isolation as sandbox
-from autograder.sandbox.execute import KernelSession
 from autograder.sandbox.inside import confine
+from autograder.sandbox.kernel import SandboxedKernel
 
 STAND_IN = "/dev/kmsg"  # a device file that bubblewrap's --dev does not create
 
@@ -102,7 +102,7 @@ def test_bwrap_arguments_bind_devices_after_the_fresh_dev(monkeypatch, tmp_path)
     assert "--dev-bind" not in sandbox.bwrap_arguments("bwrap", writable=tmp_path)
 
 
-def _probe(run_cell, limits: Limits) -> tuple[str, KernelSession]:
+def _probe(run_cell, limits: Limits) -> tuple[str, SandboxedKernel]:
     code = (
         "import os, resource\n"
         f"print(os.path.exists({STAND_IN!r}), os.environ['TRITON_INTERPRET'],\n"
@@ -122,7 +122,8 @@ def test_sandbox_shows_the_gpu_only_to_gpu_assignments(monkeypatch, run_cell):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     seen, session = _probe(run_cell, Limits(cell_timeout=60, gpu=True))
     assert seen == "True 0 True True", seen
-    assert not session.launcher.forked  # the fork server's template has no GPU
+    # The fork server's template has no GPU: the strategy chosen is a fresh interpreter.
+    assert isinstance(session.start_with, launcher.FreshStart)
     seen, _ = _probe(run_cell, Limits(cell_timeout=60))
     assert seen == "False 1 False False", seen
     monkeypatch.setenv("AUTOGRADER_GPU", "0")

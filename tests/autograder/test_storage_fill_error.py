@@ -12,7 +12,7 @@ import pytest
 
 from autograder.limits import Limits
 from autograder.sandbox import storage
-from autograder.sandbox.execute import KernelSession
+from autograder.sandbox.kernel import SandboxedKernel
 from autograder.sandbox.storage import StorageError, scratch_root
 
 pytestmark = pytest.mark.skipif(not storage.can_mount(), reason="sized tmpfs mounts need root")
@@ -29,7 +29,7 @@ def test_files_that_do_not_fit_leave_no_mount_behind(tmp_path):
     (handed_in / "notebook.ipynb").write_text("{}")
     before = _our_areas()
     with pytest.raises(StorageError, match="do not fit the working directory"):
-        KernelSession(Limits(workdir_bytes=1 << 20), submission_dir=handed_in,
-                      notebook_name="notebook.ipynb")
+        SandboxedKernel(Limits(workdir_bytes=1 << 20), submission_dir=handed_in,
+                        notebook_name="notebook.ipynb")
     assert _our_areas() == before
     assert not list(scratch_root().glob("submission-*"))

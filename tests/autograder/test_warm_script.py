@@ -24,6 +24,7 @@ import pytest
 from autograder.authoring import warm_script
 from autograder.authoring.submissions import run_prepare
 from autograder.authoring.warm_script import run_script
+from autograder.sandbox.inside import channel
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
@@ -214,9 +215,10 @@ def test_the_server_refuses_to_fork_with_a_second_thread(tmp_path):
     # Without OMP_NUM_THREADS=1, importing torch leaves an OpenMP thread behind, and
     # forking a process with two threads is unsafe: the server says so instead.
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS",)}
-    done = subprocess.run([sys.executable, "-m", "autograder.authoring.warm_script"], input="",
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
-    first = json.loads(done.stdout.splitlines()[0])
+    done = subprocess.run([sys.executable, "-m", "autograder.authoring.warm_script"], input=b"",
+                          capture_output=True, env=env, cwd=tmp_path, timeout=120)
+    size = channel.HEADER.unpack(done.stdout[:channel.HEADER.size])[0]  # one framed message
+    first = json.loads(done.stdout[channel.HEADER.size:channel.HEADER.size + size])
     if first["ready"]:
         pytest.skip("this torch starts no thread when imported")
     assert "threads after the imports" in first["error"]

@@ -29,10 +29,10 @@ import ctypes
 import os
 import resource
 
-#: Where the sandbox shows this file, limits_launcher.py and zygote.py (read-only).
+#: Where the sandbox shows this file, limits_launcher.py, zygote.py and channel.py (read-only).
 INSIDE_DIR = "/.autograder"
 #: The files of the project a sandbox shows in INSIDE_DIR.
-INSIDE_FILES = ("confine.py", "limits_launcher.py", "zygote.py")
+INSIDE_FILES = ("confine.py", "limits_launcher.py", "zygote.py", "channel.py")
 
 RLIMITS = {
     "as": resource.RLIMIT_AS,

@@ -18,7 +18,8 @@ student code runs:
 The zygote itself never runs student code, so every child starts from the same
 untouched state: nothing one submission does can be seen by the next.
 
-Protocol: one JSON object per line on stdin, one reply per line on stdout.
+Protocol: one JSON message per frame (:mod:`channel`: a 4-byte length, then the JSON) on
+stdin, one reply per frame on stdout.
 
 * first line written: ``{"ready": true, "preloaded": [...]}`` (or ``"ready": false``
   with an ``"error"``) once the imports are done;
@@ -30,18 +31,19 @@ Protocol: one JSON object per line on stdin, one reply per line on stdout.
 * ``{"op": "quit"}``.
 
 Run as ``python zygote.py MODULE ...`` (the modules to import up front). Like
-:mod:`autograder.sandbox.inside.limits_launcher` it imports only the standard library and
-:mod:`confine`, which lies next to it (inside the sandbox, in ``confine.INSIDE_DIR``).
+:mod:`autograder.sandbox.inside.limits_launcher` it imports only the standard library,
+:mod:`confine` and :mod:`channel`, which lie next to it (inside the sandbox, in
+``confine.INSIDE_DIR``).
 """
 
 import contextlib
 import importlib
-import json
 import os
 import select
 import sys
 import traceback
 
+import channel
 import confine
 
 
@@ -172,11 +174,10 @@ def _preload(modules: list[str]) -> list[str]:
 
 def main(modules: list[str]) -> None:
     os.umask(0o022)
-    out = sys.stdout
 
     def reply(message: dict) -> None:
-        out.write(json.dumps(message) + "\n")
-        out.flush()
+        sys.stdout.flush()  # whatever an import printed goes first, outside any frame
+        channel.send(1, message)
 
     environment_before = dict(os.environ)
     preloaded = _preload(modules)
@@ -197,8 +198,11 @@ def main(modules: list[str]) -> None:
         return
     reply({"ready": True, "preloaded": preloaded})
     zygote = Zygote(set_by_imports)
-    for line in sys.stdin:
-        request = json.loads(line)
+    while True:
+        try:
+            request = channel.receive(0)
+        except channel.ChannelClosed:
+            break
         if request.get("op") == "quit":
             break
         try:

@@ -1,19 +1,26 @@
-"""Run a submitted notebook in a fresh, sandboxed kernel, and keep it alive for the checks.
+"""The one object a grading job talks to: a sandboxed kernel, from start to stop.
 
-:class:`KernelSession` owns everything of one submission's run: its capped storage
-(:mod:`autograder.sandbox.storage`: working directory, ``/tmp``, ``/dev/shm``), its kernel
-(:class:`autograder.sandbox.launcher.KernelLauncher`: forked from a template or started from
-scratch, sandboxed either way) and a watchdog over the storage caps.
+:class:`SandboxedKernel` owns everything of one submission's run:
 
-* :meth:`KernelSession.run_notebook` executes the code cells in order with a
-  per-cell time limit and a per-submission deadline. A cell that times out is
-  interrupted; a cell that kills the kernel (``sys.exit`` in a scratch cell,
+* its **slot** (:mod:`autograder.sandbox.slots`: the uid its processes run as), claimed
+  here unless the caller holds one;
+* its capped **storage** (:mod:`autograder.sandbox.storage`: working directory, ``/tmp``,
+  ``/dev/shm``, the handed-in files copied in) and a **watchdog** over its caps;
+* how its kernel **starts**, a strategy chosen once when the object is made
+  (:func:`autograder.sandbox.launcher.choose`: forked from the fork server, or a fresh
+  interpreter; bubblewrap or resource limits only; with the GPU or without), told all
+  it needs in one :class:`~autograder.sandbox.launcher.Launch`;
+* **running the notebook**: :meth:`SandboxedKernel.run_notebook` executes the code cells
+  in order with a per-cell time limit and a per-submission deadline. A cell that times
+  out is interrupted; a cell that kills the kernel (``sys.exit`` in a scratch cell,
   ``os._exit``, the memory cap) or fills one of its areas is stopped and noted, the
   kernel is restarted on empty areas and the cells that had worked are replayed, so
-  one bad cell costs only what depends on it.
-* :meth:`KernelSession.execute_silently` is the transport used by the trusted checks
-  (:mod:`autograder.protocol.trusted`): it runs code in the kernel and waits for the reply
-  with its own time limit.
+  one bad cell costs only what depends on it;
+* **answering check requests**: :meth:`SandboxedKernel.execute_silently` and
+  :meth:`SandboxedKernel.ensure_alive` are the transport of the trusted checks
+  (:mod:`autograder.protocol.trusted`);
+* **stopping**: :meth:`SandboxedKernel.close` (or leaving its ``with`` block) stops the
+  kernel, kills every process of its uid, gives its storage back and its slot.
 
 Every event (time-outs, restarts, caps reached, truncated output) is kept in
 ``events`` for the report.
@@ -33,11 +40,11 @@ from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
 from ..limits import Limits
+from . import gpu, launcher
 from .cell_notes import cell_label, error_note
-from .isolation import bwrap_path
-from .launcher import KernelLauncher, start_mode
-from .slots import kill_strays
-from .storage import Storage, new_scratch
+from .isolation import bwrap_path, isolation_level, kept_under_tmp, kernel_environment, sandbox_uid
+from .slots import Slot, hand_over, kill_strays, sandbox_slot
+from .storage import Storage, caps_in_force, new_scratch, scratch_root
 
 #: Marks a cell in the notebook as not executed while grading (widgets, long demos).
 SKIP_TAG = "skip-grading"
@@ -46,13 +53,20 @@ _TIMEOUT_ENAME = "CellTimeoutError"
 #: How often the watchdog looks at the storage caps while a kernel runs.
 WATCH_SECONDS = 0.1
 
-__all__ = ["SKIP_TAG", "KernelSession", "kernel_start_mode"]
+__all__ = ["SKIP_TAG", "KernelSession", "SandboxedKernel", "describe_isolation",
+           "kernel_start_mode"]
 
 
 def kernel_start_mode(uses_gpu: bool = False) -> str:
     """How kernels start on this machine (printed by ``autograder grade``); a ``gpu = true``
     assignment's kernels on a machine with a GPU never come from the fork server."""
-    return start_mode(uses_gpu)
+    return launcher.start_mode(uses_gpu)
+
+
+def describe_isolation(limits: Limits) -> str:
+    """The isolation line: the sandbox in force and the caps, with what holds each."""
+    return (f"{isolation_level()}; caps: {caps_in_force(limits, bwrap_path() is not None)}"
+            + (f"; {gpu.describe(gpu.available())}" if limits.gpu else ""))
 
 
 class _CappedClient(NotebookClient):
@@ -86,31 +100,55 @@ def _note_output(text: str):
     return nbformat.v4.new_output("stream", name="stdout", text=f"\n{text}\n")
 
 
-class KernelSession:
-    """One sandboxed kernel for one submission, used first to run it, then to check it."""
+class SandboxedKernel:
+    """One sandboxed kernel for one submission, used first to run it, then to check it.
 
-    def __init__(self, limits: Limits | None = None, *, slot: int = 0, hidden=(),
+    ``with SandboxedKernel(limits, ...) as kernel:`` then :meth:`start`,
+    :meth:`run_notebook`, :meth:`install_bridge` and the check transport; leaving the
+    block stops everything (:meth:`close`). ``slot=None`` claims a slot for the kernel's
+    lifetime.
+    """
+
+    def __init__(self, limits: Limits | None = None, *, slot: int | None = None, hidden=(),
                  submission_dir: Path | None = None, notebook_name: str = "",
                  max_restarts: int = 2, use_fork_server: bool = True):
         self.limits = limits or Limits()
-        self.slot = slot
+        self._held = contextlib.ExitStack()
+        if slot is None:
+            slot = self._held.enter_context(sandbox_slot())
+        #: The slot, with the uid its processes run as, decided here once.
+        self.slot = slot = Slot(slot, sandbox_uid(slot))
+        self.hidden = tuple(Path(p) for p in hidden)
         self.cell_timeout = self.limits.cell_timeout
         self.deadline = time.monotonic() + self.limits.submission_timeout
         self.max_restarts = max_restarts
         self.restarts = 0
         self.events: list[str] = []
-        self.storage = Storage(new_scratch(), self.limits, slot, bwrap_path() is not None)
-        self.launcher = KernelLauncher(self.storage, self.limits, slot, hidden,
-                                       use_fork_server=use_fork_server)
-        self.storage.inside_pid = self.launcher.inside_pid
-        if submission_dir is not None:
-            try:
+        # Chosen once, for every start of this kernel: the sandbox (bubblewrap or resource
+        # limits only), the GPU, and how a kernel process comes to be.
+        self.bwrap = bwrap_path()
+        #: Whether this submission's kernels see the GPU (:mod:`autograder.sandbox.gpu`).
+        self.uses_gpu = gpu.in_use(self.limits)
+        self.start_with = launcher.choose(self.uses_gpu, slot, self.hidden, use_fork_server)
+        self.km: launcher.SandboxedKernelManager | None = None
+        self._inside: int | None = None  # a process in the sandbox (see _inside_pid)
+        try:
+            self.storage = Storage(new_scratch(), self.limits, self.bwrap is not None)
+        except BaseException:
+            self._held.close()
+            raise
+        #: Where the hidden checks and the kernel exchange requests and replies.
+        self.exchange_dir = self.storage.exchange_dir
+        try:
+            if submission_dir is not None:
                 self.storage.fill(Path(submission_dir), notebook_name)
-            except BaseException:
-                # No session comes back to close: give the mounted areas (and whatever
-                # of the files fitted) back now, or they hold memory until the next sweep.
-                self.storage.close()
-                raise
+            hand_over(self.workdir, slot)
+        except BaseException:
+            # No kernel comes back to close: give the mounted areas (and whatever
+            # of the files fitted) back now, or they hold memory until the next sweep.
+            self.storage.close()
+            self._held.close()
+            raise
         self.client: _CappedClient | None = None
         self._good_cells: list[int] = []
         self._bridge_source: str | None = None
@@ -119,17 +157,52 @@ class KernelSession:
         self._watching = threading.Event()
         self._full: list[str] = []  # what the watchdog found filled
 
+    def __enter__(self) -> SandboxedKernel:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     @property
     def workdir(self) -> Path:
         return self.storage.workdir
 
     @property
-    def km(self):
-        return self.launcher.km
+    def forked(self) -> bool:
+        """Whether the running kernel came from the fork server."""
+        return self.km is not None and self.km.fork_server is not None
+
+    @property
+    def warm_up_seconds(self) -> float:
+        """Seconds spent starting this worker's fork server (its first kernel only)."""
+        return self.start_with.warm_up_seconds
 
     # -- kernel life cycle -----------------------------------------------------
+    def _launch(self) -> launcher.Launch:
+        """What the start strategy is told: all of it decided here, before it starts."""
+        storage = self.storage
+        # The cover hides this worker's other submissions (bubblewrap shows its whole
+        # scratch folder to the fork server).
+        keep = kept_under_tmp(storage.workdir)
+        settings = {
+            "limits": self.limits.rlimits(storage.mounted, self.uses_gpu),
+            "uid": self.slot.uid,
+            "storage": storage.private_storage(keep, cover=scratch_root()),
+        }
+        return launcher.Launch(
+            workdir=storage.workdir,
+            env=kernel_environment(storage.workdir, storage.tmpdir(), self.uses_gpu),
+            settings=settings, tmp=storage.sandbox_tmp(), shm=storage.sandbox_shm(),
+            hidden=self.hidden, bwrap=self.bwrap, uses_gpu=self.uses_gpu)
+
     def start(self, nb: nbformat.NotebookNode) -> None:
-        km = self.launcher.start()
+        self._inside = None
+        launch = self._launch()
+        km = self.start_with.start(launch)
+        if km is None:  # the fork server could not serve this start
+            kill_strays(self.slot, everything=True)
+            km = launcher.FRESH.start(launch)
+        self.km = km
         self.client = _CappedClient(
             nb,
             km=km,
@@ -148,21 +221,33 @@ class KernelSession:
         self.client.start_new_kernel_client()
         self._start_watchdog()
 
+    def kill(self) -> None:
+        """Kill the running kernel at once (safe from another thread: the watchdog)."""
+        launcher.kill_kernel(self.km)
+        kill_strays(self.slot, everything=True)
+
     def shutdown(self) -> None:
+        """Stop the kernel, and every process of this submission with it."""
         self._stop_watchdog()
         if self.client is not None and self.client.kc is not None:
             with contextlib.suppress(Exception):
                 self.client.kc.stop_channels()
-        self.launcher.stop()
+        launcher.stop_kernel(self.km)
+        # Nothing of this kernel may outlive it, not even a daemon that left its tree.
+        kill_strays(self.slot, everything=True)
+        self.km = None
         self.client = None
 
     def close(self) -> None:
         """Stop the kernel and give back its storage (memory and disk), the storage even
-        if stopping the kernel failed."""
+        if stopping the kernel failed, and last the slot."""
         try:
-            self.shutdown()
+            try:
+                self.shutdown()
+            finally:
+                self.storage.close()
         finally:
-            self.storage.close()
+            self._held.close()
 
     def alive(self) -> bool:
         return self.km is not None and run_sync(self.km.is_alive)()
@@ -178,6 +263,7 @@ class KernelSession:
         self.events.append(f"kernel restarted ({reason}); replaying {len(self._good_cells)} cells")
         self.shutdown()
         self.storage.reset()
+        hand_over(self.workdir, self.slot)
         # Replay on a copy: the outputs that count are the ones already recorded.
         replay = copy.deepcopy(nb)
         self.start(replay)
@@ -213,18 +299,28 @@ class KernelSession:
         loop and ignores the errors would otherwise spin until its time limit."""
         while self._watching.is_set():
             started = time.monotonic()
-            full = self.storage.full_areas()
+            full = self._full_areas()
             if full:
                 self._full = full
-                self.launcher.kill()
+                self.kill()
                 return
             # A few statvfs calls cost microseconds; walking a big folder (no mounts)
             # can cost a lot more: never spend more than a fifth of the time looking.
             time.sleep(max(WATCH_SECONDS, 4 * (time.monotonic() - started)))
 
+    def _full_areas(self) -> list[str]:
+        """What the storage finds filled; bubblewrap's own /tmp and /dev/shm are read
+        through a process inside the sandbox, which only the kernel knows."""
+        return self.storage.full_areas(self._inside_pid() if self.storage.reads_inside else None)
+
+    def _inside_pid(self) -> int | None:
+        if self._inside is None and self.bwrap is not None:
+            self._inside = launcher.process_inside(self.km)
+        return self._inside
+
     def _caps_reached(self) -> list[str]:
         """What is full now (or was, when the watchdog stopped the kernel)."""
-        return self._full or self.storage.full_areas()
+        return self._full or self._full_areas()
 
     def _stopped_at_cap(self, nb, cell, label: str, full: list[str]) -> bool:
         """Note the cap in the cell and the events, then restart; False if that failed."""
@@ -235,12 +331,16 @@ class KernelSession:
         return self._restart(nb, f"{label} reached a storage cap")
 
     # -- running the notebook ----------------------------------------------------
-    def run_notebook(self, nb: nbformat.NotebookNode, skip=lambda cell: False) -> None:
-        """Execute every code cell (except ``skip(cell)``), in place, never raising."""
+    def run_notebook(self, nb: nbformat.NotebookNode, skip_grade_ids=()) -> None:
+        """Execute every code cell, in place, never raising; cells tagged ``skip-grading``
+        and those whose nbgrader ``grade_id`` is in ``skip_grade_ids`` (the test cells,
+        which the hidden checks replace) are left out."""
         if self.km is None:
             self.start(nb)
+        skip_grade_ids = set(skip_grade_ids)
         for index, cell in enumerate(nb.cells):
-            if cell.cell_type != "code" or skip(cell) or SKIP_TAG in cell.metadata.get("tags", []):
+            if (cell.cell_type != "code" or SKIP_TAG in cell.metadata.get("tags", [])
+                    or cell.metadata.get("nbgrader", {}).get("grade_id") in skip_grade_ids):
                 continue
             label = cell_label(index, cell)
             if self.remaining() <= 0:
@@ -262,7 +362,7 @@ class KernelSession:
                 continue
             full = self._caps_reached()
             if full:
-                self.launcher.kill()
+                self.kill()
                 if not self._stopped_at_cap(nb, cell, label, full):
                     break
                 continue
@@ -333,7 +433,7 @@ class KernelSession:
         kernel, or one whose storage is full."""
         full = self._caps_reached()
         if full:
-            self.launcher.kill()
+            self.kill()
             for what in full:
                 self.events.append(f"while the checks ran, the submission {what}; "
                                    "the kernel was restarted")
@@ -346,3 +446,8 @@ class KernelSession:
             self._answered = True
             return True
         return self._restart(nb, "it stopped answering during the checks")
+
+
+#: The name of the kernel object before it was the one interface (``leaderboard``,
+#: workspaces' scripts).
+KernelSession = SandboxedKernel
