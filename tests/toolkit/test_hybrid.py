@@ -149,3 +149,26 @@ def test_tiny_training_run_learns_above_chance():
     chance = 2 / cfg.vocab_size  # a guess among the values
     assert results["recall"]["AA"][2] > 3 * chance
     assert "AA" in results_table(results)
+
+
+def test_mamba_layers_run_the_scan_they_are_given():
+    from toolkit.ssm import selective_scan, selective_scan_parallel
+
+    calls = []
+
+    def counting_scan(*args, **kwargs):
+        calls.append(1)
+        return selective_scan_parallel(*args[:6])
+
+    torch.manual_seed(0)
+    default = HybridLM(V, "MAM", d_model=16, n_heads=2, d_state=4).eval()
+    given = HybridLM(V, "MAM", d_model=16, n_heads=2, d_state=4, scan=counting_scan).eval()
+    given.load_state_dict(default.state_dict())
+    ids = torch.randint(V, (2, 9))
+    with torch.no_grad():
+        assert torch.allclose(given(ids), default(ids), atol=1e-5)
+    assert len(calls) == 2  # one per Mamba layer
+    # the cache comes from the given scan's state too
+    _, cache = MambaMixer(16, 4, expand=1, scan=selective_scan)(torch.randn(1, 3, 16),
+                                                                return_cache=True)
+    assert cache.ssm_state.shape == (1, 16, 4)

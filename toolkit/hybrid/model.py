@@ -27,6 +27,8 @@ separate ``nn.Linear``. Shapes: ``ids (B, T)`` int64 -> logits ``(B, T, vocab_si
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -86,13 +88,15 @@ class HybridLM(nn.Module):
         n_heads: heads of each attention layer (divides ``d_model``).
         d_state: the state size ``N`` of each Mamba layer.
         max_seq_len: rows of the position table.
+        scan: the selective scan of the Mamba layers (default
+            :func:`toolkit.ssm.selective_scan`; a notebook passes its own).
 
     Parameter names: ``embed``, ``pos_embed``, ``layers.{i}.norm``, ``layers.{i}.mixer``,
     ``norm``, ``lm_head``.
     """
 
     def __init__(self, vocab_size: int, pattern: str, d_model: int = 64, n_heads: int = 4,
-                 d_state: int = 16, max_seq_len: int = 256):
+                 d_state: int = 16, max_seq_len: int = 256, scan: Callable | None = None):
         super().__init__()
         check_pattern(pattern)
         check_int("max_seq_len", max_seq_len)
@@ -104,7 +108,7 @@ class HybridLM(nn.Module):
             if kind == "A":
                 mixer = CausalSelfAttention(d_model, n_heads)
             else:
-                mixer = MambaMixer(d_model, d_state, expand=1)
+                mixer = MambaMixer(d_model, d_state, expand=1, scan=scan)
             layers.append(ResidualMixer(mixer, d_model))
         self.layers = nn.ModuleList(layers)
         self.norm = RMSNorm(d_model)

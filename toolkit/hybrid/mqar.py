@@ -38,6 +38,36 @@ from toolkit.arguments import check_even, check_int
 IGNORE = -100
 
 
+def check_mqar_arguments(batch_size: int, n_pairs: int, vocab_size: int,
+                         n_queries: int | None) -> int:
+    """The sizes of :func:`mqar_batch`; returns ``n_queries`` (``n_pairs`` when ``None``).
+
+    Raises ``ValueError`` unless ``batch_size, n_pairs >= 1``, ``vocab_size`` is even,
+    ``n_pairs <= vocab_size / 2`` (distinct keys) and ``1 <= n_queries <= n_pairs``.
+    """
+    check_int("batch_size", batch_size)
+    check_int("n_pairs", n_pairs)
+    check_even("vocab_size", vocab_size)
+    n_queries = n_pairs if n_queries is None else n_queries
+    check_int("n_queries", n_queries)
+    if n_pairs > vocab_size // 2:
+        raise ValueError(f"n_pairs={n_pairs} needs as many distinct keys; vocab_size={vocab_size} "
+                         f"has {vocab_size // 2}")
+    if n_queries > n_pairs:
+        raise ValueError(f"n_queries={n_queries} must be at most n_pairs={n_pairs} (queried keys "
+                         "are distinct keys of the pairs)")
+    return n_queries
+
+
+def check_recall_inputs(logits: Tensor, targets: Tensor) -> None:
+    """``logits (B, T, V)`` for ``targets (B, T)`` with at least one scored position."""
+    if logits.dim() != 3 or logits.shape[:-1] != targets.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)}: "
+                         "logits must be (B, T, V) for targets (B, T)")
+    if not (targets != IGNORE).any():
+        raise ValueError("targets has no scored position (all are -100)")
+
+
 def mqar_batch(
     batch_size: int,
     n_pairs: int,
@@ -59,19 +89,8 @@ def mqar_batch(
         ``inputs``, ``targets``: ``(B, 2 n_pairs + 2 n_queries)`` int64; ``targets`` is
         ``-100`` except at each query key's position, where it is that key's value.
     """
-    check_int("batch_size", batch_size)
-    check_int("n_pairs", n_pairs)
-    check_even("vocab_size", vocab_size)
-    n_queries = n_pairs if n_queries is None else n_queries
-    check_int("n_queries", n_queries)
-    n_keys = vocab_size // 2
-    if n_pairs > n_keys:
-        raise ValueError(f"n_pairs={n_pairs} needs as many distinct keys; vocab_size={vocab_size} "
-                         f"has {n_keys}")
-    if n_queries > n_pairs:
-        raise ValueError(f"n_queries={n_queries} must be at most n_pairs={n_pairs} (queried keys "
-                         "are distinct keys of the pairs)")
-    B, n, m = batch_size, n_pairs, n_queries
+    n_queries = check_mqar_arguments(batch_size, n_pairs, vocab_size, n_queries)
+    B, n, m, n_keys = batch_size, n_pairs, n_queries, vocab_size // 2
     # Distinct keys per sequence: the first n of a random permutation of the key range.
     keys = torch.rand(B, n_keys, generator=generator).argsort(dim=-1)[:, :n]  # (B, n)
     values = torch.randint(n_keys, vocab_size, (B, n), generator=generator)  # (B, n), repeats ok
@@ -100,11 +119,7 @@ def recall_accuracy(logits: Tensor, targets: Tensor) -> float:
     Raises:
         ValueError: when no position is scored.
     """
-    if logits.shape[:-1] != targets.shape:
-        raise ValueError(f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)}: "
-                         "logits must be (B, T, V) for targets (B, T)")
+    check_recall_inputs(logits, targets)
     scored = targets != IGNORE  # the query positions
-    if not scored.any():
-        raise ValueError("targets has no scored position (all are -100)")
     hits = logits.argmax(dim=-1)[scored] == targets[scored]
     return hits.float().mean().item()
