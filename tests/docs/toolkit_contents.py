@@ -140,7 +140,7 @@ PARTS = {
         Concept("Hybrids of attention and Mamba layers, measured by multi-query associative "
                 "recall", ("toolkit.hybrid.mqar", "toolkit.hybrid.model",
                            "toolkit.hybrid.experiment", "toolkit.hybrid.__main__"),
-                ("06-beyond-attention",)),
+                ("06-beyond-attention",), ("recall_explorer",)),
     ),
     "07-capstone": (
         Concept("A mini-GPT: config, causal self-attention, the model, a static KV cache",

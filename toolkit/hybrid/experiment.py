@@ -137,13 +137,15 @@ def measure(models: dict[str, HybridLM], cfg: MQARConfig = MQARConfig(), *,
 
     Returns:
         ``{"recall": {pattern: {n_pairs: recall}}, "parameters": {pattern: count},
-        "state": {pattern: numbers kept after the longest sequence}, "seq_len": that length}``.
+        "state": {pattern: numbers kept after the longest sequence}, "seq_len": that length,
+        "vocab_size", "d_model", "d_state": the models' sizes}``.
     """
     batches = {n: mqar_batch(n_sequences, n, cfg.vocab_size,
                              generator=torch.Generator().manual_seed(seed + n))
                for n in eval_pairs}
     longest = 4 * max(eval_pairs)  # 2 n_pairs + 2 n_queries tokens
-    results = {"recall": {}, "parameters": {}, "state": {}, "seq_len": longest}
+    results = {"recall": {}, "parameters": {}, "state": {}, "seq_len": longest,
+               "vocab_size": cfg.vocab_size, "d_model": cfg.d_model, "d_state": cfg.d_state}
     for pattern, model in models.items():
         results["recall"][pattern] = {n: recall_accuracy(model(x), y)
                                       for n, (x, y) in batches.items()}
