@@ -44,11 +44,11 @@ def _checker_scan(u, delta, A_log, B, C, D=None, state=None, return_state=False)
         ys.append((h * C[:, t, None, :]).sum(-1))
     y = torch.stack(ys, 1) + (0 if D is None else D * u)
     return (y, h) if return_state else y
-_checked = HybridLM(**init, scan=_checker_scan)
-_checked.load_state_dict(state)
+_checked = HybridLM(**inputs["init"], scan=_checker_scan)
+_checked.load_state_dict(inputs["state"])
 _checked.eval()
 with torch.no_grad():
-    result = _checked(ids)
+    result = _checked(inputs["ids"])
 """
 
 
