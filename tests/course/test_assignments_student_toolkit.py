@@ -59,7 +59,7 @@ SHORTER = {
         ("pretrain(scratch, corpus, 300,", "pretrain(scratch, corpus, 2,"),
     ],
     "06-beyond-attention": [
-        ("RECALL_STEPS = 200\n", "RECALL_STEPS = 2\n"),
+        ("RECALL_STEPS = 600\n", "RECALL_STEPS = 2\n"),
     ],
     "07-capstone": [
         ("STEPS = 600\n", "STEPS = 4\n"),
