@@ -84,7 +84,7 @@ from toolkit.arguments import (
 from toolkit.ffn import SwiGLU
 from toolkit.hybrid import (
     IGNORE,
-    CausalSelfAttention,
+    CausalAttentionMixer,
     ResidualMixer,
     check_pattern,
     parameter_count,
@@ -1680,7 +1680,7 @@ print("✓ recall_accuracy passes the visible checks")
 #
 # * `ResidualMixer(mixer, d_model)`: the pre-norm residual layer
 #   `x + mixer(RMSNorm(x))`, with attributes `norm` and `mixer`.
-# * `CausalSelfAttention(d_model, n_heads)`: Assignment 01's multi-head attention without
+# * `CausalAttentionMixer(d_model, n_heads)`: Assignment 01's multi-head attention without
 #   biases, under the causal mask: `(B, T, d) -> (B, T, d)`.
 # * `MambaMixer(d_model, d_state, expand=1, scan=scan)`: the Mamba layer of part 3, with
 #   `d_inner = d_model`; it runs the selective scan it is given (`scan=None`: the
@@ -1709,7 +1709,7 @@ class HybridLM(nn.Module):
     Args:
         vocab_size: tokens ``0 .. vocab_size - 1``.
         pattern: one letter per layer, first layer first: ``"A"`` a
-            ``CausalSelfAttention(d_model, n_heads)``, ``"M"`` a
+            ``CausalAttentionMixer(d_model, n_heads)``, ``"M"`` a
             ``MambaMixer(d_model, d_state, expand=1)``, each inside a ``ResidualMixer``.
         d_model: the width of every layer; n_heads: heads of each attention layer;
         d_state: the state size of each Mamba layer; max_seq_len: rows of the position table.
@@ -1732,7 +1732,7 @@ class HybridLM(nn.Module):
         layers = []
         for kind in pattern:  # one layer per letter, in the pattern's order
             if kind == "A":
-                mixer = CausalSelfAttention(d_model, n_heads)
+                mixer = CausalAttentionMixer(d_model, n_heads)
             else:
                 mixer = MambaMixer(d_model, d_state, expand=1, scan=scan)
             layers.append(ResidualMixer(mixer, d_model))
@@ -1758,7 +1758,7 @@ class HybridLM(nn.Module):
 hybrid = HybridLM(32, "MAMM", d_model=16, n_heads=2, d_state=4, max_seq_len=24,
                   scan=selective_scan)
 kinds = [type(layer.mixer).__name__ for layer in hybrid.layers]
-assert kinds == ["MambaMixer", "CausalSelfAttention", "MambaMixer", "MambaMixer"], (
+assert kinds == ["MambaMixer", "CausalAttentionMixer", "MambaMixer", "MambaMixer"], (
     f'pattern "MAMM" builds Mamba, attention, Mamba, Mamba in that order; got {kinds}')
 assert all(isinstance(layer, ResidualMixer) for layer in hybrid.layers), (
     "wrap every mixer in a ResidualMixer(mixer, d_model)")

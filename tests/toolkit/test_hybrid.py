@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from toolkit.attention import MultiHeadAttention
 from toolkit.hybrid import (
     IGNORE,
-    CausalSelfAttention,
+    CausalAttentionMixer,
     HybridLM,
     mqar_batch,
     parameter_count,
@@ -106,7 +106,7 @@ def test_hybrid_is_causal(pattern):
 def test_pattern_builds_its_layers_in_order():
     model = HybridLM(V, "MAMM", d_model=32)
     kinds = [type(layer.mixer) for layer in model.layers]
-    assert kinds == [MambaMixer, CausalSelfAttention, MambaMixer, MambaMixer]
+    assert kinds == [MambaMixer, CausalAttentionMixer, MambaMixer, MambaMixer]
     assert isinstance(model.layers[1].mixer, MultiHeadAttention)
     assert model.layers[0].mixer.d_inner == 32  # expand = 1
     for bad in ("", "AXM", "am", None):

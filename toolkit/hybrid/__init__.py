@@ -13,7 +13,7 @@ tells them apart.
 
 from toolkit.hybrid.model import (
     LAYER_KINDS,
-    CausalSelfAttention,
+    CausalAttentionMixer,
     HybridLM,
     ResidualMixer,
     check_pattern,
@@ -25,7 +25,7 @@ from toolkit.hybrid.mqar import IGNORE, mqar_batch, recall_accuracy
 __all__ = [
     "IGNORE",
     "LAYER_KINDS",
-    "CausalSelfAttention",
+    "CausalAttentionMixer",
     "HybridLM",
     "ResidualMixer",
     "check_pattern",

@@ -11,7 +11,7 @@ string with one letter per layer, read from the input upwards::
 
 Every layer is a pre-norm residual ``x + mixer(RMSNorm(x))`` of the same width
 (:class:`ResidualMixer`). An ``"A"`` mixer is causal multi-head attention
-(:class:`CausalSelfAttention`, the course's :class:`toolkit.attention.MultiHeadAttention`
+(:class:`CausalAttentionMixer`, the course's :class:`toolkit.attention.MultiHeadAttention`
 without biases: ``4 d^2`` parameters); an ``"M"`` mixer is the course's
 :class:`toolkit.ssm.MambaMixer` with ``expand=1`` (``3 d^2`` in its three projections plus
 ``d (dt_rank + 2N)`` in ``x_proj`` and ``d N`` in ``A_log``: ``4 d^2 - 64`` for ``d = 64,
@@ -41,7 +41,7 @@ from toolkit.ssm.mamba import MambaMixer
 LAYER_KINDS = ("A", "M")
 
 
-class CausalSelfAttention(MultiHeadAttention):
+class CausalAttentionMixer(MultiHeadAttention):
     """Self-attention under the causal mask, no biases: ``(B, T, d) -> (B, T, d)``."""
 
     def __init__(self, d_model: int, n_heads: int):
@@ -82,7 +82,7 @@ class HybridLM(nn.Module):
     Args:
         vocab_size: tokens ``0 .. vocab_size - 1``.
         pattern: one letter per layer, first layer first: ``"A"`` a
-            :class:`CausalSelfAttention` of ``n_heads`` heads, ``"M"`` a
+            :class:`CausalAttentionMixer` of ``n_heads`` heads, ``"M"`` a
             ``MambaMixer(d_model, d_state, expand=1)``.
         d_model: the width of every layer.
         n_heads: heads of each attention layer (divides ``d_model``).
@@ -106,7 +106,7 @@ class HybridLM(nn.Module):
         layers = []
         for kind in pattern:  # one layer per letter, in the pattern's order
             if kind == "A":
-                mixer = CausalSelfAttention(d_model, n_heads)
+                mixer = CausalAttentionMixer(d_model, n_heads)
             else:
                 mixer = MambaMixer(d_model, d_state, expand=1, scan=scan)
             layers.append(ResidualMixer(mixer, d_model))
