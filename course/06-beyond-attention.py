@@ -26,6 +26,7 @@
 # 3. Mamba-2's duality: a selective SSM *is* masked attention.
 # 4. Training in parallel: the associative scan.
 # 5. What a generated token costs, and why hybrids exist.
+# 6. Recall at equal size: attention, Mamba and a hybrid, measured.
 
 # %%
 import math
@@ -36,6 +37,13 @@ matplotlib.use("Agg")  # figures render to PNG; nothing needs a display
 
 import torch  # noqa: E402
 
+from toolkit.hybrid.experiment import (  # noqa: E402
+    MQARConfig,
+    measure,
+    trained_models,
+)
+from toolkit.hybrid.experiment import cached_models as cached_recall_models  # noqa: E402
+from toolkit.hybrid.experiment import results_table as recall_table  # noqa: E402
 from toolkit.moe import (  # noqa: E402
     MIXTRAL_8X7B,
     GatedSharedExpert,
@@ -65,6 +73,8 @@ from toolkit.widgets.beyond import (  # noqa: E402
     decoding_cost_explorer,
     decoding_costs,
     mamba_selectivity_explorer,
+    plot_recall,
+    recall_explorer,
     router_load_explorer,
     rwkv_decay_explorer,
     ssm_kernel_explorer,
@@ -426,12 +436,84 @@ print(f"cache: {cache.nbytes():,} bytes, whatever the length")
 # attention layers (global, or local with a window) provide exact lookup where it
 # matters. How many attention layers are enough, and where they go, is still an active
 # question; the cost model above tells you what each one adds to the serving bill.
+
+# %% [markdown]
+# ## 6. Recall at equal size: attention, Mamba and a hybrid, measured
 #
+# Zoology (arXiv 2312.04927) made the forgetting measurable with **multi-query
+# associative recall** (MQAR): a sequence lists key-value pairs `k_1 v_1 ... k_n v_n`,
+# then asks some of the keys again, `q_1 a_1 q_2 a_2 ...`, and the model is scored only
+# where it is asked: at each query key its guess must be that key's value
+# (`toolkit.hybrid.mqar_batch`, `recall_accuracy`; Assignment 06 has you write both).
+# `toolkit.hybrid.HybridLM` builds a model from a pattern, one letter per layer: `"A"`
+# causal attention, `"M"` a Mamba layer with `expand=1`, which has about as many parameters
+# as an attention layer of the same width. So `"AA"`, `"MM"` and `"MA"` are the same size
+# and differ only in how their two layers mix tokens.
+#
+# A small version first: width 32, a Mamba state of 8 numbers per channel, 600 steps on
+# 2, 4 and 8 pairs (half a CPU minute on one thread; trained once, then cached):
+
+# %%
+torch.set_default_dtype(torch.float32)  # the models train in float32 (the lecture's float64 aside)
+threads = torch.get_num_threads()
+torch.set_num_threads(1)  # models this small step fastest on one thread
+SMALL_RECALL = MQARConfig(vocab_size=32, train_pairs=(2, 4, 8), steps=600, max_lr=1e-2,
+                          d_model=32, d_state=8, max_seq_len=32)
+small_recall = measure(trained_models(SMALL_RECALL, progress=False), SMALL_RECALL,
+                       eval_pairs=(2, 4, 8))
+torch.set_num_threads(threads)
+print(recall_table(small_recall))
+display(recall_explorer(small_recall))
+
+# %% [markdown]
+# The course's run of this cell gave pure attention 100%, 99.9% and 100% at 2, 4 and 8
+# pairs, pure Mamba 78%, 57% and 39%, and the hybrid 100%, 99.5% and 99.3% (chance is
+# 2/32 = 6%). The three models have the same size (11,360, 11,552 and 11,456
+# parameters), so the difference is how they mix tokens: the pure Mamba model must fold
+# every pair into its state of 8 numbers per channel, and the more pairs, the less of
+# each it keeps; one attention layer looks the key up among the cached tokens instead.
+# In the hybrid the Mamba layer below can do the rest of the work: its short convolution
+# lets each value's position see the key before it, which is what attention then matches.
+#
+# The larger run (`python -m toolkit.hybrid`: width 64, state 16, 600 steps on 4, 8 and
+# 16 pairs; the course's numbers are in `benchmarks/README.md`) measured:
+#
+# | model | params | 4 pairs | 8 pairs | 16 pairs | state @ 64 tokens |
+# |---|---|---|---|---|---|
+# | AA (attention) | 45,248 | 99.5% | 97.8% | 59.4% | 16,384 |
+# | MM (Mamba) | 45,120 | 30.5% | 17.1% | 11.1% | 2,560 |
+# | MA (hybrid) | 45,184 | 94.5% | 89.4% | 73.4% | 9,472 |
+#
+# The same picture at twice the width and twice the pairs: pure Mamba far behind and
+# falling, the hybrid close to attention (ahead at 16 pairs, where both were still
+# learning after 600 steps).
+#
+# The last column is what each model must keep per sequence to go on generating after the
+# longest sequence: the attention layer's cache grows with every token, the Mamba layer's
+# state does not. The hybrid pays for one attention layer's cache and, in return, recalls
+# like attention. If the models are prepared on this machine, the next cell prints the
+# same table from them.
+
+# %%
+full_recall_models = cached_recall_models(MQARConfig())
+if full_recall_models is None:
+    print("The three models are not prepared on this machine: run `python -m toolkit.hybrid` "
+          "once (CPU minutes), then this cell again.")
+else:
+    full_recall = measure(full_recall_models, MQARConfig())
+    print(recall_table(full_recall))
+    display(plot_recall(full_recall, seq_len=131072))
+torch.set_default_dtype(torch.float64)
+
+# %% [markdown]
 # ## Further reading
 #
 # * Gu, Goel, Ré: S4, arXiv 2111.00396; Gu et al.: S4D, arXiv 2206.11893.
 # * Gu and Dao: Mamba, arXiv 2312.00752; Dao and Gu: Mamba-2, arXiv 2405.21060.
 # * Peng et al.: RWKV, arXiv 2305.13048. Sun et al.: RetNet, arXiv 2307.08621.
 # * Hua et al.: the gated attention unit (FLASH), arXiv 2202.10447.
+# * Arora et al.: Zoology, multi-query associative recall, arXiv 2312.04927. Lieber et al.:
+#   Jamba, arXiv 2403.19887; Ren et al.: Samba, arXiv 2406.07522; Glorioso et al.: Zamba,
+#   arXiv 2405.16712.
 # * Fedus et al.: Switch, arXiv 2101.03961; Jiang et al.: Mixtral, arXiv 2401.04088;
 #   Dai et al.: DeepSeekMoE, arXiv 2401.06066; Zoph et al.: ST-MoE, arXiv 2202.08906.

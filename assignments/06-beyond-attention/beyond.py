@@ -36,6 +36,7 @@
 # | 4 | `wkv_recurrent`, RWKV's numerically stable recurrence | 3 |
 # | 5 | `GatedAttentionUnit.forward` | 2 |
 # | 6 | a short written answer: when is a hybrid (attention + SSM) the right choice? | 2 (read by a person) |
+# | 7 | multi-query associative recall: `mqar_batch`, `recall_accuracy`, the hybrid stack `HybridLM` | 2 + 1 + 2 |
 #
 # **How this notebook is graded.** Fill in each region marked `YOUR CODE HERE`. The test
 # cell under each exercise runs quick visible checks and tells you what is wrong; the
@@ -59,14 +60,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 # Building blocks that are not exercises here: input checks, the SwiGLU expert
-# (Assignment 05), small helpers, and the widgets.
+# (Assignment 05), the layers of part 7's hybrid, small helpers, and the widgets.
 from toolkit.arguments import (
     check_capacity_factor,
     check_dispatch_inputs,
@@ -81,10 +82,20 @@ from toolkit.arguments import (
     check_zoh_inputs,
 )
 from toolkit.ffn import SwiGLU
+from toolkit.hybrid import (
+    IGNORE,
+    CausalAttentionMixer,
+    ResidualMixer,
+    check_pattern,
+    parameter_count,
+    state_numbers,
+)
+from toolkit.hybrid.mqar import check_mqar_arguments, check_recall_inputs
 from toolkit.moe import expert_capacity, flatten_router_logits
+from toolkit.norm import RMSNorm
 from toolkit.notebook import friendly_errors
 from toolkit.rwkv import WkvState
-from toolkit.ssm import broadcast_delta
+from toolkit.ssm import MambaMixer, broadcast_delta
 from toolkit.widgets.beyond import (
     decoding_cost_explorer,
     gau_explorer,
@@ -1500,6 +1511,324 @@ decoding_cost_explorer()
 # ### END SOLUTION
 
 # %% [markdown]
+# ## 7. Recall: attention, Mamba and a hybrid
+#
+# Your answer above argues that a fixed state must forget. Here you measure it, on the
+# task that Zoology (arXiv 2312.04927) built to separate the two kinds of layer:
+# **multi-query associative recall (MQAR)**. A sequence lists key-value pairs, then asks
+# for some of the keys again; after each asked key the model must produce that key's
+# value. An attention layer can look the key up among the cached tokens however many
+# pairs came before. A Mamba layer must have kept every pair in its state of `d_state`
+# numbers per channel, which gets harder the more pairs there are. Hybrids such as Jamba
+# (arXiv 2403.19887, one attention layer per seven Mamba layers), Zamba (arXiv
+# 2405.16712) and Samba (arXiv 2406.07522) keep a few attention layers for exactly this.
+#
+# ### The MQAR format (every convention)
+#
+# * The vocabulary `0 .. vocab_size - 1` (`vocab_size` even) is split in two halves:
+#   **keys** are `0 .. vocab_size/2 - 1`, **values** are `vocab_size/2 .. vocab_size - 1`.
+# * One sequence has `T = 2 n_pairs + 2 n_queries` tokens:
+#   `k_1 v_1 k_2 v_2 ... k_n v_n  q_1 a_1 q_2 a_2 ... q_m a_m`, with `n = n_pairs`,
+#   `m = n_queries` (default `n_pairs`).
+# * The `n` keys of one sequence are **distinct**, drawn uniformly at random without
+#   replacement from the key range (a key listed twice would have two answers). Each value
+#   is drawn uniformly and independently from the value range: two keys may share a value.
+# * The queries `q_1 .. q_m` are `m` **distinct keys of the pairs**, chosen uniformly at
+#   random and **in a random order** (not the order of the pairs). `a_i` is `q_i`'s value;
+#   it is part of the input too (teacher forcing), so the next query follows it.
+# * `targets` has the shape of `inputs` and holds `IGNORE = -100` (PyTorch's
+#   `ignore_index`) everywhere except at the query keys, positions `t = 2n + 2i`
+#   (`i = 0 .. m-1`), where it holds the answer: `targets[:, t] = inputs[:, t + 1]`. A
+#   causal model's logits at a query key's position are its guess of the value, so only
+#   those positions are scored. Both tensors are int64; the batch is the first axis.
+# * Randomness comes from `torch`'s random functions; pass `generator=generator` to every
+#   one of them, so a `torch.Generator` makes the batch reproducible (with `None`, the
+#   global generator is used).
+#
+# For example, with `vocab_size = 8` (keys 0-3, values 4-7), `n_pairs = 3`,
+# `n_queries = 2`: inputs `2 5  0 7  3 5  3 5  2 5`, targets
+# `-100 -100  -100 -100  -100 -100  5 -100  5 -100`.
+#
+# The argument checks are given (`check_mqar_arguments` returns `n_queries` with its
+# default filled in).
+#
+# ### Exercise 7a: the MQAR batch
+
+# %% nbgrader={"grade": false, "grade_id": "mqar_batch", "locked": false, "schema_version": 3, "solution": true}
+def mqar_batch(
+    batch_size: int,
+    n_pairs: int,
+    vocab_size: int,
+    n_queries: int | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
+    """A batch of MQAR sequences in the format above.
+
+    Args:
+        batch_size: sequences ``B``.
+        n_pairs: key-value pairs per sequence, ``1 <= n_pairs <= vocab_size / 2``.
+        vocab_size: even; keys ``[0, V/2)``, values ``[V/2, V)``.
+        n_queries: distinct queried keys per sequence, ``1 <= n_queries <= n_pairs``
+            (default ``n_pairs``: every key is asked once).
+        generator: passed to every random draw, for reproducible batches.
+
+    Returns:
+        ``(inputs, targets)``, both ``(B, 2 n_pairs + 2 n_queries)`` int64; ``targets`` is
+        ``-100`` except at each query key's position ``2 n_pairs + 2 i``, where it is that
+        key's value.
+
+    Hint: ``torch.rand(B, N).argsort(dim=-1)[:, :n]`` is ``n`` distinct indices per row;
+    ``torch.stack((a, b), dim=-1).flatten(1)`` interleaves ``a_1 b_1 a_2 b_2 ...``.
+    """
+    n_queries = check_mqar_arguments(batch_size, n_pairs, vocab_size, n_queries)
+    ### BEGIN SOLUTION
+    B, n, m, n_keys = batch_size, n_pairs, n_queries, vocab_size // 2
+    # Distinct keys per sequence: the first n of a random permutation of the key range.
+    keys = torch.rand(B, n_keys, generator=generator).argsort(dim=-1)[:, :n]  # (B, n)
+    values = torch.randint(n_keys, vocab_size, (B, n), generator=generator)  # (B, n), repeats ok
+    # Which pairs are asked, in which order: m distinct indices into the pairs.
+    asked = torch.rand(B, n, generator=generator).argsort(dim=-1)[:, :m]  # (B, m)
+    queries, answers = keys.gather(1, asked), values.gather(1, asked)  # (B, m) each
+    pairs = torch.stack((keys, values), dim=-1).flatten(1)  # k_1 v_1 ... k_n v_n: (B, 2n)
+    asks = torch.stack((queries, answers), dim=-1).flatten(1)  # q_1 a_1 ... q_m a_m: (B, 2m)
+    inputs = torch.cat((pairs, asks), dim=1)  # (B, 2n + 2m)
+    targets = torch.full_like(inputs, IGNORE)
+    targets[:, 2 * n::2] = answers  # at query q_i (position 2n + 2i) the answer a_i
+    return inputs, targets
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_mqar_batch", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+inputs, targets = mqar_batch(256, 6, 32, n_queries=4, generator=torch.Generator().manual_seed(0))
+assert isinstance(inputs, Tensor) and isinstance(targets, Tensor), "return (inputs, targets)"
+assert inputs.shape == targets.shape == (256, 20), (
+    f"T = 2 n_pairs + 2 n_queries = 20: expected (256, 20) twice, got {tuple(inputs.shape)}, "
+    f"{tuple(targets.shape)}")
+assert inputs.dtype == targets.dtype == torch.int64, "inputs and targets are int64"
+keys, values = inputs[:, 0:12:2], inputs[:, 1:12:2]
+assert ((keys >= 0) & (keys < 16)).all(), "keys are 0 .. vocab_size/2 - 1, at even positions"
+assert ((values >= 16) & (values < 32)).all(), "values are vocab_size/2 .. vocab_size - 1"
+assert all(len(set(row)) == 6 for row in keys.tolist()), (
+    "the keys of one sequence must be distinct: draw them without replacement")
+queries, answers = inputs[:, 12::2], inputs[:, 13::2]
+for k, v, q, a in zip(keys.tolist(), values.tolist(), queries.tolist(), answers.tolist()):
+    lookup = dict(zip(k, v))
+    assert len(set(q)) == 4 and all(x in lookup for x in q), "queries: distinct keys of the pairs"
+    assert [lookup[x] for x in q] == a, "after each query comes its key's value"
+expected = torch.full_like(targets, -100)
+expected[:, 12::2] = answers
+assert torch.equal(targets, expected), (
+    "targets: -100 everywhere except at the query keys (positions 12, 14, 16, 18 here), which "
+    "hold the value that follows them")
+assert (queries != keys[:, :4]).any(), "ask the queries in a random order, not the pairs' order"
+again, _ = mqar_batch(256, 6, 32, n_queries=4, generator=torch.Generator().manual_seed(0))
+assert torch.equal(again, inputs), "the same generator seed must give the same batch"
+print("✓ mqar_batch passes the visible checks")
+
+# %% [markdown]
+# ### Exercise 7b: recall at the queries
+#
+# Recall is the share of **scored** positions (`targets != -100`) where the model's
+# highest logit is the target, $\frac{1}{|S|} \sum_{(b, t) \in S}
+# [\arg\max_v \text{logits}_{b,t,v} = \text{targets}_{b,t}]$ over
+# $S = \{(b, t): \text{targets}_{b,t} \ne -100\}$. The other positions are not scored: a
+# model cannot know a pair's key before it is listed, and scoring them would drown the
+# recall in unguessable tokens. Return a Python `float` in $[0, 1]$. The given
+# `check_recall_inputs` raises `ValueError` when `logits` is not `(B, T, V)` for
+# `targets (B, T)` or no position is scored. Chance is `2 / vocab_size` for a model that
+# knows the answer is a value.
+
+# %% nbgrader={"grade": false, "grade_id": "recall_accuracy", "locked": false, "schema_version": 3, "solution": true}
+def recall_accuracy(logits: Tensor, targets: Tensor) -> float:
+    """The share of scored positions (``targets != -100``) where ``logits`` pick the target.
+
+    Args:
+        logits: ``(B, T, V)``, a model's output at every position.
+        targets: ``(B, T)`` int64, ``-100`` where not scored.
+
+    Returns:
+        a Python float in ``[0, 1]``.
+    """
+    check_recall_inputs(logits, targets)
+    ### BEGIN SOLUTION
+    scored = targets != IGNORE  # the query positions
+    hits = logits.argmax(dim=-1)[scored] == targets[scored]
+    return hits.float().mean().item()
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_recall_accuracy", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+targets = torch.tensor([[-100, 5, -100, 6], [-100, 7, -100, -100]])
+logits = torch.zeros(2, 4, 8)
+logits[0, 1, 5] = logits[0, 3, 2] = logits[1, 1, 7] = 1.0  # right, wrong, right
+logits[:, [0, 2], 0] = 1.0  # unscored positions, any guess
+recall = recall_accuracy(logits, targets)
+assert isinstance(recall, float), f"return a Python float (.item()), got {type(recall).__name__}"
+assert abs(recall - 2 / 3) < 1e-6, (
+    f"2 of the 3 scored positions are right: expected 0.667, got {recall:.3f}. Score only the "
+    "positions where targets != -100")
+print("✓ recall_accuracy passes the visible checks")
+
+# %% [markdown]
+# ### The hybrid model
+#
+# `HybridLM` is a small language model whose layers are named by a **pattern**, one
+# letter per layer, first layer first: `"A"` is causal self-attention, `"M"` is a Mamba
+# layer. `"AA"` is a pure Transformer (without MLPs), `"MM"` a pure Mamba, `"MAMM"` a
+# hybrid that reads Mamba, attention, Mamba, Mamba. Everything in it is given but the
+# class itself:
+#
+# * `ResidualMixer(mixer, d_model)`: the pre-norm residual layer
+#   `x + mixer(RMSNorm(x))`, with attributes `norm` and `mixer`.
+# * `CausalAttentionMixer(d_model, n_heads)`: Assignment 01's multi-head attention without
+#   biases, under the causal mask: `(B, T, d) -> (B, T, d)`.
+# * `MambaMixer(d_model, d_state, expand=1, scan=scan)`: the Mamba layer of part 3, with
+#   `d_inner = d_model`; it runs the selective scan it is given (`scan=None`: the
+#   toolkit's, which is switched off while your assignment is open, so build your models
+#   with `scan=selective_scan`, your own from Exercise 3b; the grader passes its own).
+#   With `expand=1` it has about as many parameters as an attention layer of the same
+#   width (`4 d^2`), so every pattern of the same length has the same size within half a
+#   percent.
+#
+# The model: `embed = nn.Embedding(vocab_size, d_model)`, a learned position table
+# `pos_embed = nn.Embedding(max_seq_len, d_model)` added to the token embeddings
+# (positions `0 .. T-1`), `layers = nn.ModuleList` of one `ResidualMixer` per letter **in
+# the pattern's order**, a final `norm = RMSNorm(d_model)` and
+# `lm_head = nn.Linear(d_model, vocab_size, bias=False)`. Use exactly these attribute
+# names (the grader loads weights by name), pass `scan` on to every `MambaMixer`, and
+# return the float32 logits `(B, T, vocab_size)` for `ids (B, T)` (int64). Keep the
+# initialisation PyTorch's defaults (the grader loads its own weights). The checks of the
+# pattern and of `T <= max_seq_len` are given.
+#
+# ### Exercise 7c: the hybrid stack
+
+# %% nbgrader={"grade": false, "grade_id": "hybrid_lm", "locked": false, "schema_version": 3, "solution": true}
+class HybridLM(nn.Module):
+    """Embeddings, one ResidualMixer per letter of ``pattern``, a final RMSNorm and a head.
+
+    Args:
+        vocab_size: tokens ``0 .. vocab_size - 1``.
+        pattern: one letter per layer, first layer first: ``"A"`` a
+            ``CausalAttentionMixer(d_model, n_heads)``, ``"M"`` a
+            ``MambaMixer(d_model, d_state, expand=1)``, each inside a ``ResidualMixer``.
+        d_model: the width of every layer; n_heads: heads of each attention layer;
+        d_state: the state size of each Mamba layer; max_seq_len: rows of the position table.
+        scan: the selective scan every Mamba layer runs, passed on to each ``MambaMixer``
+            (``None``: the toolkit's, which is switched off while the grader runs; build
+            your models with ``scan=selective_scan``, yours from part 3).
+
+    Shapes: ``ids (B, T)`` int64 -> logits ``(B, T, vocab_size)``.
+    """
+
+    def __init__(self, vocab_size: int, pattern: str, d_model: int = 64, n_heads: int = 4,
+                 d_state: int = 16, max_seq_len: int = 256, scan: Callable | None = None):
+        super().__init__()
+        check_pattern(pattern)
+        check_int("max_seq_len", max_seq_len)
+        self.pattern, self.max_seq_len = pattern, max_seq_len
+        ### BEGIN SOLUTION
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.pos_embed = nn.Embedding(max_seq_len, d_model)
+        layers = []
+        for kind in pattern:  # one layer per letter, in the pattern's order
+            if kind == "A":
+                mixer = CausalAttentionMixer(d_model, n_heads)
+            else:
+                mixer = MambaMixer(d_model, d_state, expand=1, scan=scan)
+            layers.append(ResidualMixer(mixer, d_model))
+        self.layers = nn.ModuleList(layers)
+        self.norm = RMSNorm(d_model)
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+        ### END SOLUTION
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """``ids (B, T)`` int64 -> logits ``(B, T, vocab_size)``."""
+        T = ids.size(1)
+        if T > self.max_seq_len:
+            raise ValueError(f"{T} tokens, but max_seq_len={self.max_seq_len}")
+        ### BEGIN SOLUTION
+        x = self.embed(ids) + self.pos_embed(torch.arange(T, device=ids.device))  # (B, T, d)
+        for layer in self.layers:  # first letter of the pattern first
+            x = layer(x)
+        return self.lm_head(self.norm(x))
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_hybrid_lm", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+hybrid = HybridLM(32, "MAMM", d_model=16, n_heads=2, d_state=4, max_seq_len=24,
+                  scan=selective_scan)
+kinds = [type(layer.mixer).__name__ for layer in hybrid.layers]
+assert kinds == ["MambaMixer", "CausalAttentionMixer", "MambaMixer", "MambaMixer"], (
+    f'pattern "MAMM" builds Mamba, attention, Mamba, Mamba in that order; got {kinds}')
+assert all(isinstance(layer, ResidualMixer) for layer in hybrid.layers), (
+    "wrap every mixer in a ResidualMixer(mixer, d_model)")
+names = {name.split(".")[0] for name, _ in hybrid.named_parameters()}
+assert names == {"embed", "pos_embed", "layers", "norm", "lm_head"}, (
+    f"the parameters must be embed, pos_embed, layers, norm, lm_head; got {sorted(names)}")
+ids = torch.randint(32, (2, 20))
+changed = ids.clone()
+changed[:, 12:] = torch.randint(32, (2, 8))
+with torch.no_grad():
+    a, b = hybrid(ids), hybrid(changed)
+assert a.shape == (2, 20, 32), f"logits (B, T, vocab_size) = (2, 20, 32), got {tuple(a.shape)}"
+assert torch.allclose(a[:, :12], b[:, :12], atol=1e-5), (
+    "the logits at t must not depend on tokens after t")
+assert not torch.allclose(a[:, 13:], b[:, 13:]), "the later logits should read the changed tokens"
+print("✓ HybridLM passes the visible checks")
+
+# %% [markdown]
+# ### See it: recall against the number of pairs
+#
+# The cell below trains three models of the same width, depth and size on MQAR with
+# *your* `mqar_batch`, `recall_accuracy`, `HybridLM` and `selective_scan`: pure attention
+# `"AA"`, pure Mamba `"MM"` and the hybrid `"MA"` (a Mamba layer, then attention), each
+# for 600 steps on 2, 4 and 8 pairs, then measures recall at each number of pairs (about
+# half a CPU minute in all). `python -m toolkit.hybrid` runs a larger version (up to 16
+# pairs; the course's table is in `benchmarks/README.md`). What to look for: the models
+# are the same size, yet the pure Mamba model's recall falls as the pairs outgrow its
+# state of 8 numbers per channel, while both models with an attention layer keep
+# recalling; and the state column, what each model must keep per sequence to go on
+# generating after 32 tokens.
+
+# %% tags=["skip-grading"]
+RECALL_STEPS = 600
+
+
+def train_recall(pattern: str, steps: int = RECALL_STEPS, pairs=(2, 4, 8), vocab_size: int = 32,
+                 seed: int = 0) -> nn.Module:
+    """Train a HybridLM of ``pattern`` on MQAR batches of ``pairs`` pairs in turn."""
+    torch.manual_seed(seed)
+    model = HybridLM(vocab_size, pattern, d_model=32, n_heads=4, d_state=8,
+                     max_seq_len=4 * max(pairs), scan=selective_scan)
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for step in range(steps):
+        inputs, targets = mqar_batch(32, pairs[step % len(pairs)], vocab_size,
+                                     generator=generator)
+        loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten(), ignore_index=-100)
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+    return model.eval()
+
+
+try:
+    recall_models = {pattern: train_recall(pattern) for pattern in ("AA", "MM", "MA")}
+    print(f"{'model':<6}{'params':>8}" + "".join(f"{f'{n} pairs':>10}" for n in (2, 4, 8))
+          + f"{'state @ 32 tokens':>20}")
+    for pattern, model in recall_models.items():
+        cells = ""
+        for n in (2, 4, 8):
+            inputs, targets = mqar_batch(256, n, 32, generator=torch.Generator().manual_seed(n))
+            with torch.no_grad():
+                cells += f"{recall_accuracy(model(inputs), targets):>10.1%}"
+        print(f"{pattern:<6}{parameter_count(model):>8,}{cells}"
+              f"{state_numbers(pattern, 32, d_model=32, d_state=8):>20,}")
+except NotImplementedError:
+    print("write mqar_batch, recall_accuracy and HybridLM above to train the three models")
+
+# %% [markdown]
 # ## Summary
 #
 # * An MoE layer routes each token to $k$ of $E$ experts: more parameters at the same
@@ -1518,6 +1847,10 @@ decoding_cost_explorer()
 #   stable recurrence subtracts the running maximum before every `exp`.
 # * The gated attention unit: a GLU whose value branch is mixed by one squared-ReLU
 #   head built from a shared $Z$ with separate scales and offsets for $Q$ and $K$.
+# * Multi-query associative recall scores a model only where it is asked a key it has
+#   seen: at equal size, a model with an attention layer recalls as the pairs grow, a
+#   pure Mamba model forgets once they outgrow its state. A hybrid keeps the recall and
+#   most of the constant-size state.
 #
 # Lecture 06 (`lectures/06-beyond-attention.ipynb`) continues with Mamba-2's duality
 # between SSMs and masked attention, RetNet, and hybrid models.

@@ -58,6 +58,9 @@ SHORTER = {
         ("distill(model, student, corpus, 300,", "distill(model, student, corpus, 2,"),
         ("pretrain(scratch, corpus, 300,", "pretrain(scratch, corpus, 2,"),
     ],
+    "06-beyond-attention": [
+        ("RECALL_STEPS = 600\n", "RECALL_STEPS = 2\n"),
+    ],
     "07-capstone": [
         ("STEPS = 600\n", "STEPS = 4\n"),
         ("COMPARE_STEPS = 300\n", "COMPARE_STEPS = 2\n"),

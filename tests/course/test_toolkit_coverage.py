@@ -29,6 +29,8 @@ NOT_FOR_NOTEBOOKS = {
     "held_out_windows": "the windows toolkit.long_context.measure reads; notebooks call measure",
     "model_variants": "the models and methods measure loops over; notebooks call measure",
     "train_position_model": "one training run of trained_models, which notebooks call",
+    "train_recall_model": "one run of toolkit.hybrid's trained_models, which lecture 06 calls",
+    "build_model": "the untrained models toolkit.hybrid's trained_models trains and loads",
     "PositionedAttention": "a layer of PositionGPT; notebooks build models with position_model",
     "PositionBlock": "a layer of PositionGPT; notebooks build models with position_model",
     "RMSNormGain": "a layer of PositionGPT; notebooks build models with position_model",

@@ -137,6 +137,10 @@ PARTS = {
                 ("toolkit.ssm.duality",), ("06-beyond-attention",)),
         Concept("RWKV", ("toolkit.rwkv",), ("06-beyond-attention",), ("rwkv_decay_explorer",)),
         Concept("Gated attention unit", ("toolkit.gau",), (), ("gau_explorer",)),
+        Concept("Hybrids of attention and Mamba layers, measured by multi-query associative "
+                "recall", ("toolkit.hybrid.mqar", "toolkit.hybrid.model",
+                           "toolkit.hybrid.experiment", "toolkit.hybrid.__main__"),
+                ("06-beyond-attention",), ("recall_explorer",)),
     ),
     "07-capstone": (
         Concept("A mini-GPT: config, causal self-attention, the model, a static KV cache",

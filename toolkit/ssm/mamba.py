@@ -24,6 +24,7 @@ cache grows by ``2 d_model`` numbers per token instead.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -63,6 +64,9 @@ class MambaMixer(nn.Module):
         dt_rank: rank of the ``delta`` projection (default ``ceil(d_model / 16)``).
         conv_bias, bias: biases of ``conv1d`` and of ``in_proj`` / ``out_proj``.
         dt_min, dt_max: range of the initial step sizes (log-uniform).
+        scan: the selective scan :meth:`forward` runs, with the signature of
+            :func:`toolkit.ssm.selective_scan` (the default, for ``None``); a notebook passes
+            its own.
     """
 
     def __init__(
@@ -76,8 +80,10 @@ class MambaMixer(nn.Module):
         bias: bool = False,
         dt_min: float = 1e-3,
         dt_max: float = 0.1,
+        scan: Callable | None = None,
     ):
         super().__init__()
+        self.scan = scan
         for name, value in (("d_model", d_model), ("d_state", d_state), ("d_conv", d_conv),
                             ("expand", expand)):
             check_int(name, value)
@@ -122,10 +128,11 @@ class MambaMixer(nn.Module):
         x_conv = self.conv1d(x_in.transpose(1, 2))[..., :L].transpose(1, 2)
         u = F.silu(x_conv)
         delta, B, C = self._ssm_parameters(u)
-        y, h = selective_scan(u, delta, self.A_log, B, C, self.D, return_state=True)
-        out = self.out_proj(y * F.silu(z))  # gate with the z branch
+        scan = selective_scan if self.scan is None else self.scan
         if not return_cache:
-            return out
+            return self.out_proj(scan(u, delta, self.A_log, B, C, self.D) * F.silu(z))
+        y, h = scan(u, delta, self.A_log, B, C, self.D, return_state=True)
+        out = self.out_proj(y * F.silu(z))  # gate with the z branch
         conv_state = F.pad(x_in.transpose(1, 2), (max(0, self.d_conv - L), 0))[..., -self.d_conv:]
         return out, MambaCache(conv_state, h)
 

@@ -76,4 +76,5 @@ BUILDERS = {
 #: functions made) rather than calling their functions, by package.
 RESULT_VIEWERS = {
     "position": ("context_extension_explorer",),
+    "beyond": ("recall_explorer",),
 }

@@ -17,6 +17,8 @@ What each one is for
   and its output.
 * :func:`decoding_cost_explorer`: memory and arithmetic per generated token of attention
   with a KV cache, Mamba and RWKV as the context grows.
+* :func:`recall_explorer`: the MQAR experiment measured (pure attention, pure Mamba and a
+  hybrid at equal size): recall against the number of pairs, and the state each keeps.
 
 Each builder draws with the student's own functions where given, by their toolkit names:
 ``router_load_explorer(fns={"top_k_gating": top_k_gating, "load_balancing_loss":
@@ -33,7 +35,8 @@ the autograder) builders return a small placeholder and draw nothing.
 
 Modules: :mod:`~toolkit.widgets.beyond.moe`, :mod:`~toolkit.widgets.beyond.ssm`,
 :mod:`~toolkit.widgets.beyond.selectivity`, :mod:`~toolkit.widgets.beyond.rwkv`,
-:mod:`~toolkit.widgets.beyond.gau`, :mod:`~toolkit.widgets.beyond.decoding_cost`.
+:mod:`~toolkit.widgets.beyond.gau`, :mod:`~toolkit.widgets.beyond.decoding_cost`,
+:mod:`~toolkit.widgets.beyond.recall`.
 """
 
 from toolkit.widgets.beyond.decoding_cost import (
@@ -43,6 +46,7 @@ from toolkit.widgets.beyond.decoding_cost import (
 )
 from toolkit.widgets.beyond.gau import gau_explorer, gau_internals, plot_gau
 from toolkit.widgets.beyond.moe import plot_router_load, router_load_explorer, simulate_router
+from toolkit.widgets.beyond.recall import plot_recall, recall_explorer
 from toolkit.widgets.beyond.rwkv import (
     channel_decays,
     plot_rwkv_decay,
@@ -70,6 +74,8 @@ __all__ = [
     "mamba_selectivity_explorer",
     "plot_gau",
     "plot_mamba_selectivity",
+    "plot_recall",
+    "recall_explorer",
     "selective_states",
     "selectivity_inputs",
     "decoding_cost_explorer",
