@@ -26,18 +26,15 @@ same model from a random initialisation: what pre-training adds shows as the gap
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
-
-import json
-from collections.abc import Sequence
-from pathlib import Path
-
 from safetensors import safe_open
 from safetensors.torch import save_file
+from torch import Tensor
 
 from toolkit.attention import attention_weights, split_heads
 from toolkit.bert import BertClassifier, BertConfig, TinyBert, tied_parameter_names
