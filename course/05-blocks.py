@@ -253,15 +253,9 @@ with torch.no_grad():
 # during pre-training.
 
 # %%
-from toolkit.finetune import (  # noqa: E402
-    TASK_MODULES,
-    attention_examples,
-    finetuning_curve,
-    majority_accuracy,
-    module_task,
-)
+from toolkit.finetune import TASK_MODULES, finetuning_curve, module_task  # noqa: E402
 from toolkit.pretrain import load_mlm_corpus, pretrain  # noqa: E402
-from toolkit.widgets.blocks import finetuning_explorer  # noqa: E402
+from toolkit.widgets.blocks import finetuning_explorer, finetuning_results  # noqa: E402
 
 course_corpus = load_mlm_corpus()
 task_train, task_val = module_task(course_corpus.vocab)
@@ -276,10 +270,8 @@ for name, encoder in (("pre-trained", pretrained), ("from scratch", TinyBert(sma
     classifiers[name] = BertClassifier(encoder, len(TASK_MODULES))
     curves[name] = finetuning_curve(classifiers[name], task_train, task_val, 60, lr=2e-3)
     print(f"{name:13s} held-out accuracy {curves[name]['val'][-1]:.2f}")
-finetuning_explorer({
-    "curves": curves, "chance": majority_accuracy(task_val),
-    "attention": {name: attention_examples(c, task_val, range(0, 160, 32), course_corpus.vocab,
-                                           TASK_MODULES) for name, c in classifiers.items()}})
+finetuning_explorer(finetuning_results(classifiers, curves, task_val, range(0, 160, 32),
+                                       course_corpus.vocab, TASK_MODULES))
 
 # %% [markdown]
 # ## 5. RoBERTa: the same model, trained better

@@ -1722,7 +1722,6 @@ print("✓ classifier_from_pretrained passes the visible checks")
 # %% nbgrader={"grade": false, "grade_id": "finetune_setup", "locked": true, "schema_version": 3, "solution": false}
 from toolkit.finetune import (  # noqa: E402
     TASK_MODULES,
-    attention_examples,
     classification_accuracy,
     finetuning_curve,
     load_classifier,
@@ -1730,7 +1729,7 @@ from toolkit.finetune import (  # noqa: E402
     module_task,
     save_classifier,
 )
-from toolkit.widgets.blocks import finetuning_explorer  # noqa: E402
+from toolkit.widgets.blocks import finetuning_explorer, finetuning_results  # noqa: E402
 
 CLASSIFIER = "classifier.safetensors"
 FINETUNE_STEPS, FINETUNE_LR, FINETUNE_SEED = 120, 2e-3, 0
@@ -1778,11 +1777,9 @@ print(f"saved {CLASSIFIER}: hand it in next to {CHECKPOINT}")
 # example.
 
 # %% tags=["skip-grading"]
-shown = [int(i) for i in range(0, len(task_val["labels"]), 32)]  # one example per module
-results = {"curves": curves, "chance": majority_accuracy(task_val),
-           "attention": {name: attention_examples(c, task_val, shown, vocab, TASK_MODULES)
-                         for name, c in classifiers.items()}}
-display(finetuning_explorer(results))
+shown = range(0, len(task_val["labels"]), 32)  # the first held-out example of each module
+display(finetuning_explorer(finetuning_results(classifiers, curves, task_val, shown, vocab,
+                                               TASK_MODULES)))
 
 # %% nbgrader={"grade": true, "grade_id": "test_finetuned_checkpoint", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 if not Path(CLASSIFIER).is_file():

@@ -196,7 +196,7 @@ def finetuning_results():
     """A 2-layer classifier fine-tuned for a few steps on a toy task, measured as the
     notebook measures it."""
     from toolkit.bert import BertClassifier, BertConfig, TinyBert
-    from toolkit.finetune import attention_examples, encode_pairs, finetuning_curve
+    from toolkit.finetune import encode_pairs, finetuning_curve
 
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
@@ -204,13 +204,14 @@ def finetuning_results():
               torch.randint(5, VOCAB.vocab_size, (2,), generator=g).tolist()) for _ in range(12)]
     data = encode_pairs(pairs, 9)
     data["labels"] = torch.arange(12) % 2
-    curves, attention = {}, {}
+    classifiers, curves = {}, {}
     for run in ("pre-trained", "from scratch"):
-        clf = BertClassifier(TinyBert(BertConfig(vocab_size=VOCAB.vocab_size, d_model=16,
-                                                 n_layers=2, n_heads=2, max_seq_len=9)), 2)
-        curves[run] = finetuning_curve(clf, data, data, 6, every=2, batch_size=4)
-        attention[run] = attention_examples(clf, data, [0, 1], VOCAB, ("even", "odd"))
-    return {"curves": curves, "attention": attention, "chance": 0.5}
+        classifiers[run] = BertClassifier(TinyBert(BertConfig(
+            vocab_size=VOCAB.vocab_size, d_model=16, n_layers=2, n_heads=2, max_seq_len=9)), 2)
+        curves[run] = finetuning_curve(classifiers[run], data, data, 6, every=2, batch_size=4)
+    results = K.finetuning_results(classifiers, curves, data, [0, 1], VOCAB, ("even", "odd"))
+    assert results["chance"] == 0.5
+    return results
 
 
 def test_plot_finetuning_renders_the_curves_and_the_cls_row(finetuning_results):

@@ -38,7 +38,11 @@ from toolkit.widgets.blocks.distillation import (
     plot_soft_targets,
     temperature_explorer,
 )
-from toolkit.widgets.blocks.finetuning import finetuning_explorer, plot_finetuning
+from toolkit.widgets.blocks.finetuning import (
+    finetuning_explorer,
+    finetuning_results,
+    plot_finetuning,
+)
 from toolkit.widgets.blocks.gates import (
     GATE_ACTIVATIONS,
     gate_example,
@@ -72,6 +76,7 @@ __all__ = [
     "TEACHER_LOGITS",
     "course_vocab",
     "finetuning_explorer",
+    "finetuning_results",
     "gate_example",
     "glu_gate_explorer",
     "layer_scale_explorer",

@@ -12,19 +12,35 @@ classifier; the lecture, from the toolkit's). ``results`` holds, for each run (s
   and ``predicted`` (class names);
 * ``results["chance"]``: the accuracy of always predicting the commonest class.
 
-On the left the curves of every run, on the right one run's ``[CLS]`` attention over the
+:func:`finetuning_results` builds that dict from the fine-tuned classifiers. On the left
+the curves of every run, on the right one run's ``[CLS]`` attention over the
 tokens of one example, a row per (layer, head): where the vector the classifier reads
 gathers its information from.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from matplotlib.figure import Figure
+from torch import Tensor
 
+from toolkit.finetune import attention_examples, majority_accuracy
 from toolkit.widgets.display import LABEL_STYLE, headless_placeholder, is_headless, live_figure
 
 _COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red")
+
+
+def finetuning_results(classifiers: dict, curves: dict, data: dict[str, Tensor],
+                       indices: Sequence[int], vocab, class_names: Sequence[str]) -> dict:
+    """What :func:`finetuning_explorer` draws: ``curves`` (run -> its
+    :func:`toolkit.finetune.finetuning_curve`), and for every run of ``classifiers`` the
+    ``[CLS]`` attention on the examples ``indices`` of ``data`` (the held-out split);
+    ``chance`` is the commonest class's share of ``data``."""
+    return {"curves": curves, "chance": majority_accuracy(data),
+            "attention": {run: attention_examples(clf, data, list(indices), vocab, class_names)
+                          for run, clf in classifiers.items()}}
 
 
 def plot_finetuning(results: dict, run: str | None = None, example: int = 0) -> Figure:
