@@ -1660,9 +1660,10 @@ print("✓ encode_pairs passes the visible checks")
 #
 # Fine-tuning starts from the encoder that pre-training produced, not from a new one.
 # Write `classifier_from_pretrained(path, n_labels, dropout=0.1)`: it returns a
-# `BertClassifier` whose `bert` is **your** `TinyBert` with the weights of the
-# checkpoint at `path` (written by `save_bert`; `load_bert(path, model_class=TinyBert)`
-# rebuilds it), and a new head (`BertClassifier` initialises it). The grader gives it a
+# `BertClassifier` with `n_labels` classes and that `dropout`, whose `bert` is **your**
+# `TinyBert` with the weights of the checkpoint at `path` (written by `save_bert`;
+# `load_bert(path, model_class=TinyBert)` rebuilds it), and a new head (`BertClassifier`
+# initialises it). The grader gives it a
 # checkpoint of its own and compares every encoder weight.
 
 # %% nbgrader={"grade": false, "grade_id": "classifier_from_pretrained", "locked": false, "schema_version": 3, "solution": true}
@@ -1713,11 +1714,12 @@ print("✓ classifier_from_pretrained passes the visible checks")
 #
 # The baseline to compare with is the same classifier fine-tuned from a **fresh**
 # encoder (no pre-training): the cell below trains both and shows both numbers. At this
-# size (a minute of pre-training, two minutes of fine-tuning) do not expect pre-training
-# to win by much, or at all: the masked-LM objective never trains `[CLS]` (it is never
-# masked), so the pre-trained `[CLS]` vector starts as a summary made for another task,
-# while the module is written in the words themselves, which a fresh model learns from
-# 640 examples. The widget shows the two curves and what `[CLS]` attends to.
+# size do not expect pre-training to win: with part 7's default run and four fine-tuning
+# seeds we measured 0.70 to 0.75 held-out for the pre-trained encoder and 0.70 to 0.83 for
+# the fresh one. The masked-LM objective never trains `[CLS]` (it is never masked), so the
+# pre-trained `[CLS]` vector starts as a summary made for another task, while the module
+# is written in the words themselves, which a fresh model learns from 640 examples. The
+# widget shows the two curves and what `[CLS]` attends to.
 
 # %% nbgrader={"grade": false, "grade_id": "finetune_setup", "locked": true, "schema_version": 3, "solution": false}
 from toolkit.finetune import (  # noqa: E402
