@@ -33,7 +33,9 @@
 # | 5 | a short written answer: what the masked-LM recipe asks of the model (and why RoBERTa dropped NSP) | 3 (read by a person) |
 # | 6 | `soft_target_loss`, `hidden_cosine_loss`, `distillation_loss` | 3 |
 # | 7 | your pre-trained encoder `mlm.safetensors` (masked-word accuracy) | 3 |
-# | 8 | NSP pairs from documents: `document_nsp_pairs`; a classifier on `[CLS]`: `BertClassifier` (then fine-tune your encoder) | 2 + 2 |
+# | 8 | NSP pairs from documents: `document_nsp_pairs`; a classifier on `[CLS]`: `BertClassifier` | 2 + 2 |
+# | 8 | pair inputs: `encode_pairs`; fine-tuning's start: `classifier_from_pretrained` | 1 + 1 |
+# | 9 | your fine-tuned classifier `classifier.safetensors` (descends from part 7's encoder; held-out accuracy) | 3 |
 #
 # **How this notebook is graded.** Fill in each cell marked `YOUR CODE HERE`. The test
 # cell after each exercise runs quick checks with hints; passing them is a good sign, not
@@ -41,7 +43,8 @@
 # thousands of random masks) and scores each part by the fraction that pass. It does
 # **not** run the cells marked "not run while grading" (experiments, training, widgets):
 # for part 7 you hand in the file `mlm.safetensors` that the training section writes, and
-# the grader loads it into *your* model and measures it on held-out text.
+# for part 9 the file `classifier.safetensors` that the fine-tuning section writes; the
+# grader loads them into *your* model and measures them on held-out text.
 #
 # While the hidden checks run, PyTorch's built-in norms (`torch.nn.LayerNorm`,
 # `torch.nn.RMSNorm`, `F.layer_norm`, `F.rms_norm`), Hugging Face's MLM collator and the
@@ -1576,37 +1579,233 @@ with torch.no_grad():
 print("✓ BertClassifier passes the visible checks")
 
 # %% [markdown]
-# ### Fine-tune your pre-trained BERT (not run while grading)
+# ### The fine-tuning task: which module?
 #
-# The task: NSP pairs of the corpus's modules (`toolkit.finetune.nsp_task`, built with
-# your `document_nsp_pairs`), the last three modules held out for validation.
-# Your pre-trained model of part 7 is fine-tuned with your `BertClassifier` for 300 steps
-# (a minute or two), and so is the same model from a random initialisation: the
-# difference is what pre-training brings. A `NotNext` pair changes module, so a model
-# that knows what code in one module looks like has a head start: expect it clearly
-# above the majority class on the held-out modules, while the one from scratch learns
-# the training modules by heart and stays near chance on new ones.
+# Now the encoder of part 7 learns a task it was never pre-trained on. The project builds
+# it from the corpus itself (`toolkit.finetune.module_task`): an example is **two
+# consecutive pieces of 15 words** of one standard-library module, read as the pair
+# `[CLS] A [SEP] B [SEP]` (33 positions), and its label is the module it comes from, one of
+# five: `TASK_MODULES` = `calendar.py`, `fractions.py`, `functools.py`, `heapq.py`,
+# `pprint.py`, labels 0 to 4 in that order. Each module gives 160 examples, its first 160
+# pairs of pieces in order: the first 128 are for training, the last 32 are the
+# **held-out split** that only measures (so a classifier that always says one module gets
+# 20%). No fine-tuning step sees the held-out text; the masked-LM pre-training read it,
+# unlabelled, as pre-training reads any text.
+#
+# ### Exercise 8c: `encode_pairs`
+#
+# Turn a list of `(A, B)` pairs of token-id lists into BERT's three input rows, one row
+# per pair, each an int64 tensor `(n_pairs, seq_len)`:
+#
+# * `input_ids`: `[CLS] A [SEP] B [SEP]`, then `[PAD]` up to `seq_len` (`CLS_ID` = 2,
+#   `SEP_ID` = 3, `PAD_ID` = 0, imported below);
+# * `token_type_ids`: 0 for `[CLS]`, A and the **first** `[SEP]`; 1 for B and the
+#   **second** `[SEP]`; 0 for the padding (Hugging Face's BERT tokenizer);
+# * `attention_mask`: 1 for every real token, 0 for the padding.
+#
+# A may differ in length from B, and pairs from each other. Nothing is truncated: a pair
+# with `len(A) + len(B) + 3 > seq_len` raises `ValueError`. An empty list of pairs gives
+# tensors of shape `(0, seq_len)`. (Part 4's `pair_inputs` does one pair and truncates;
+# write this one yourself, it is switched off while the hidden checks run.)
+
+# %% nbgrader={"grade": false, "grade_id": "encode_pairs", "locked": false, "schema_version": 3, "solution": true}
+from toolkit.mlm import CLS_ID, PAD_ID, SEP_ID  # noqa: E402
+
+
+def encode_pairs(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], seq_len: int
+                 ) -> dict[str, Tensor]:
+    """``[CLS] A [SEP] B [SEP] [PAD] ...`` for every pair.
+
+    Returns:
+        ``{"input_ids", "token_type_ids", "attention_mask"}``, each int64 ``(n_pairs, seq_len)``.
+    """
+    ### BEGIN SOLUTION
+    ids, types, mask = [], [], []
+    for a, b in pairs:
+        n = len(a) + len(b) + 3  # [CLS] A [SEP] B [SEP]
+        if n > seq_len:
+            raise ValueError(f"pairs: a pair of {len(a)} + {len(b)} tokens needs {n} "
+                             f"positions, more than seq_len={seq_len}")
+        pad = seq_len - n
+        ids.append([CLS_ID, *a, SEP_ID, *b, SEP_ID] + [PAD_ID] * pad)
+        types.append([0] * (len(a) + 2) + [1] * (len(b) + 1) + [0] * pad)  # segment A, B
+        mask.append([1] * n + [0] * pad)  # 1 = real token
+    return {"input_ids": torch.tensor(ids, dtype=torch.long).view(-1, seq_len),
+            "token_type_ids": torch.tensor(types, dtype=torch.long).view(-1, seq_len),
+            "attention_mask": torch.tensor(mask, dtype=torch.long).view(-1, seq_len)}
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_encode_pairs", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+got = encode_pairs([([7, 8], [9]), ([10], [11, 12, 13])], seq_len=9)
+assert set(got) == {"input_ids", "token_type_ids", "attention_mask"}, "three rows, by name"
+assert all(t.dtype == torch.int64 and t.shape == (2, 9) for t in got.values()), (
+    "each row: an int64 tensor (n_pairs, seq_len) = (2, 9)")
+assert got["input_ids"].tolist() == [[2, 7, 8, 3, 9, 3, 0, 0, 0], [2, 10, 3, 11, 12, 13, 3, 0, 0]], (
+    "input_ids: [CLS] A [SEP] B [SEP] then [PAD]")
+assert got["token_type_ids"].tolist() == [[0, 0, 0, 0, 1, 1, 0, 0, 0], [0, 0, 0, 1, 1, 1, 1, 0, 0]], (
+    "token_type_ids: 0 up to the first [SEP], 1 for B and the second [SEP], 0 for padding")
+assert got["attention_mask"].tolist() == [[1] * 6 + [0] * 3, [1] * 7 + [0] * 2], (
+    "attention_mask: 1 for real tokens, 0 for padding")
+try:
+    encode_pairs([([5] * 4, [6] * 4)], seq_len=10)
+except ValueError:
+    pass
+else:
+    raise AssertionError("a pair that needs 11 positions with seq_len=10 must raise ValueError")
+print("✓ encode_pairs passes the visible checks")
+
+# %% [markdown]
+# ### Exercise 8d: start from the pre-trained weights
+#
+# Fine-tuning starts from the encoder that pre-training produced, not from a new one.
+# Write `classifier_from_pretrained(path, n_labels, dropout=0.1)`: it returns a
+# `BertClassifier` with `n_labels` classes and that `dropout`, whose `bert` is **your**
+# `TinyBert` with the weights of the checkpoint at `path` (written by `save_bert`;
+# `load_bert(path, model_class=TinyBert)` rebuilds it), and a new head (`BertClassifier`
+# initialises it). The grader gives it a
+# checkpoint of its own and compares every encoder weight.
+
+# %% nbgrader={"grade": false, "grade_id": "classifier_from_pretrained", "locked": false, "schema_version": 3, "solution": true}
+def classifier_from_pretrained(path: str | Path, n_labels: int, dropout: float = 0.1
+                               ) -> BertClassifier:
+    """A ``BertClassifier`` on the pre-trained ``TinyBert`` saved at ``path``; a new head."""
+    ### BEGIN SOLUTION
+    return BertClassifier(load_bert(path, model_class=TinyBert), n_labels, dropout=dropout)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_classifier_from_pretrained", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+torch.manual_seed(0)
+saved = TinyBert(BertConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2, max_seq_len=12))
+save_bert(saved, "pretrained_example.safetensors")
+clf = classifier_from_pretrained("pretrained_example.safetensors", n_labels=4)
+assert isinstance(clf, BertClassifier) and clf.classifier.out_features == 4, (
+    "a BertClassifier with n_labels outputs")
+for name, value in saved.state_dict().items():
+    assert torch.equal(clf.bert.state_dict()[name], value), (
+        f"the encoder's {name} is not the checkpoint's: load the pre-trained weights")
+Path("pretrained_example.safetensors").unlink()
+print("✓ classifier_from_pretrained passes the visible checks")
+
+# %% [markdown]
+# ## 9. Fine-tune your pre-trained BERT and hand it in
+#
+# The recipe (`toolkit.finetune.finetune`, BERT's section 4): AdamW over **every** weight,
+# the encoder included, a linear warm-up over the first 10% of the steps then a linear
+# decay to 0, gradient clipping at 1, batches of 32 training examples drawn with the
+# seed. Here: `FINETUNE_STEPS` = 120 steps at a peak learning rate of `FINETUNE_LR` =
+# 2e-3, seed 0. The accuracy is measured on the held-out split with the classifier in
+# eval mode (no dropout): the share of examples whose largest logit is their label.
+#
+# **How part 9 is scored.** Hand in `classifier.safetensors` (`save_classifier` below
+# writes it) next to `mlm.safetensors`. The grader loads it into your `BertClassifier`
+# around your `TinyBert` (5 labels), computes its accuracy on the 160 held-out examples,
+# and checks that its encoder **descends from your `mlm.safetensors`**: fine-tuning moves
+# the pre-trained weights only a little, so each of the encoder's weight matrices (the
+# embedding tables and every linear layer) must still point the way the pre-trained one
+# does, a cosine similarity of at least `MIN_COSINE` = 0.5 (a classifier fine-tuned from a
+# fresh encoder scores about 0). Three checks:
+#
+# * 1 point: the encoder descends from your pre-trained checkpoint;
+# * 1 point: held-out accuracy at least `ACCURACY_FLOOR` = 0.30, half as much again as
+#   the 20% of one class, with the descent check passed;
+# * the same 1 point's twin at 0.40 (`ACCURACY_TARGET`).
+#
+# The baseline to compare with is the same classifier fine-tuned from a **fresh**
+# encoder (no pre-training): the cell below trains both and shows both numbers. At this
+# size do not expect pre-training to win: with part 7's default run and four fine-tuning
+# seeds we measured 0.70 to 0.75 held-out for the pre-trained encoder and 0.70 to 0.83 for
+# the fresh one. The masked-LM objective never trains `[CLS]` (it is never masked), so the
+# pre-trained `[CLS]` vector starts as a summary made for another task, while the module
+# is written in the words themselves, which a fresh model learns from 640 examples. The
+# widget shows the two curves and what `[CLS]` attends to.
+
+# %% nbgrader={"grade": false, "grade_id": "finetune_setup", "locked": true, "schema_version": 3, "solution": false}
+from toolkit.finetune import (  # noqa: E402
+    TASK_MODULES,
+    classification_accuracy,
+    finetuning_curve,
+    load_classifier,
+    majority_accuracy,
+    module_task,
+    save_classifier,
+)
+from toolkit.widgets.blocks import finetuning_explorer, finetuning_results  # noqa: E402
+
+CLASSIFIER = "classifier.safetensors"
+FINETUNE_STEPS, FINETUNE_LR, FINETUNE_SEED = 120, 2e-3, 0
+MIN_COSINE, ACCURACY_FLOOR, ACCURACY_TARGET = 0.5, 0.30, 0.40
+
+
+def encoder_cosines(classifier: BertClassifier, pretrained: TinyBert) -> dict[str, float]:
+    """Cosine similarity of each weight matrix of the classifier's encoder with the same
+    matrix of ``pretrained``, flattened (what the grader's descent check measures)."""
+    reference = pretrained.state_dict()
+    return {name: F.cosine_similarity(w.flatten().float(), reference[name].flatten().float(),
+                                      dim=0).item()
+            for name, w in classifier.bert.state_dict().items() if w.dim() == 2}
+
+
+# %% [markdown]
+# ### Fine-tuning (not run while grading)
+#
+# Your pre-trained encoder (`mlm.safetensors`) and, for comparison, a fresh one of the
+# same shape, each fine-tuned with your `BertClassifier` on the examples your
+# `encode_pairs` builds; the accuracies are measured every 10 steps (a minute or two).
 
 # %% tags=["skip-grading"]
-from toolkit.finetune import classification_accuracy, finetune, majority_accuracy, nsp_task  # noqa: E402
+task_train, task_val = module_task(vocab, encode=encode_pairs)  # yours
+print(f"{len(task_train['labels'])} training examples, {len(task_val['labels'])} held out; "
+      f"one class alone: {majority_accuracy(task_val):.2f}")
+classifiers, curves = {}, {}
+for name in ("pre-trained", "from scratch"):
+    torch.manual_seed(FINETUNE_SEED)
+    if name == "pre-trained":
+        classifiers[name] = classifier_from_pretrained(CHECKPOINT, len(TASK_MODULES))
+    else:
+        fresh = TinyBert(load_bert(CHECKPOINT, model_class=TinyBert).config)  # same shape
+        classifiers[name] = BertClassifier(fresh, len(TASK_MODULES))
+    curves[name] = finetuning_curve(classifiers[name], task_train, task_val, FINETUNE_STEPS,
+                                    lr=FINETUNE_LR, seed=FINETUNE_SEED)
+    print(f"{name:13s} held-out accuracy {curves[name]['val'][-1]:.3f} "
+          f"(training {curves[name]['train'][-1]:.3f})")
+save_classifier(classifiers["pre-trained"], CLASSIFIER)
+print(f"saved {CLASSIFIER}: hand it in next to {CHECKPOINT}")
 
-nsp_train, nsp_val = nsp_task(vocab, corpus.seq_len, pair_fn=document_nsp_pairs)  # yours
-print(f"{len(nsp_train['labels'])} training pairs, {len(nsp_val['labels'])} held-out pairs; "
-      f"majority class {majority_accuracy(nsp_val):.3f}")
-for name, encoder in (("pre-trained (part 7)", load_bert(CHECKPOINT, model_class=TinyBert)),
-                      ("from scratch", TinyBert(config))):
-    torch.manual_seed(1)
-    classifier = BertClassifier(encoder, n_labels=2)
-    finetune(classifier, nsp_train, 300, lr=3e-4)
-    print(f"{name:22s} held-out accuracy {classification_accuracy(classifier, nsp_val):.3f}")
+# %% [markdown]
+# The curves (solid: held-out, dashed: training), and what `[CLS]` attends to in each
+# layer and head for a few held-out examples, one of each module: pick the run and the
+# example.
+
+# %% tags=["skip-grading"]
+shown = range(0, len(task_val["labels"]), 32)  # the first held-out example of each module
+display(finetuning_explorer(finetuning_results(classifiers, curves, task_val, shown, vocab,
+                                               TASK_MODULES)))
+
+# %% nbgrader={"grade": true, "grade_id": "test_finetuned_checkpoint", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+if not Path(CLASSIFIER).is_file():
+    raise NotReadyError(f"there is no {CLASSIFIER} next to this notebook yet: run the "
+                        "fine-tuning cell above, which saves it, then this cell")
+handed_in = load_classifier(CLASSIFIER, model_class=TinyBert, classifier_class=BertClassifier)
+assert handed_in.classifier.out_features == len(TASK_MODULES), "5 labels, one per module"
+cosines = encoder_cosines(handed_in, load_bert(CHECKPOINT, model_class=TinyBert))
+accuracy = classification_accuracy(handed_in, module_task(vocab, encode=encode_pairs)[1])
+print(f"held-out accuracy {accuracy:.3f} (floor {ACCURACY_FLOOR}, target {ACCURACY_TARGET}); "
+      f"smallest cosine with {CHECKPOINT} {min(cosines.values()):.2f} (at least {MIN_COSINE})")
+assert min(cosines.values()) >= MIN_COSINE, (
+    f"the fine-tuned encoder does not descend from {CHECKPOINT}: start from the pre-trained "
+    "weights (classifier_from_pretrained)")
 
 # %% [markdown]
 # ## What to hand in
 #
-# This notebook **and** `mlm.safetensors`, in the same folder. Before you submit, restart
-# the kernel and run all cells (the training ones too, or all but them if you already
-# saved the checkpoint): the visible checks should pass, and the part 7 cell prints the
-# share of its points your checkpoint earns. (The grader masks the same validation pairs
+# This notebook, `mlm.safetensors` **and** `classifier.safetensors`, in the same folder.
+# Before you submit, restart the kernel and run all cells (the training ones too, or all
+# but them if you already saved the checkpoints; if you train part 7 again, fine-tune
+# again too, since part 9's classifier must descend from the `mlm.safetensors` you hand
+# in): the visible checks should pass, the part 7 cell prints the share of its points your
+# checkpoint earns and the part 9 cell your classifier's held-out accuracy. (The grader masks the same validation pairs
 # with the same seed but with the course's `mask_tokens`; if yours draws its random numbers
 # in another order, other tokens are selected and the figure can move by a point or so.)
 #
@@ -1623,5 +1822,7 @@ for name, encoder in (("pre-trained (part 7)", load_bert(CHECKPOINT, model_class
 #   RoBERTa masks dynamically and drops NSP.
 # * Distillation matches the teacher's softened distribution with $T^2\,\mathrm{KL}$
 #   (teacher first, log-probabilities for the student) plus the hard labels.
-# * NSP pairs take `IsNext` from the same document and `NotNext` from another; fine-tuning
-#   puts a pooled (`tanh`) classifier on `[CLS]`, position 0, and trains every weight.
+# * NSP pairs take `IsNext` from the same document and `NotNext` from another; a pair is
+#   `[CLS] A [SEP] B [SEP]` with segment ids 0 up to the first `[SEP]` and 1 after it;
+#   fine-tuning starts from the pre-trained weights, puts a pooled (`tanh`) classifier on
+#   `[CLS]`, position 0, and trains every weight.

@@ -23,15 +23,25 @@ It does what the student's notebook would do, with the submission's own code:
    steps, about 10 s on one idle CPU core (one block escapes the predict-the-commonest-word
    plateau sooner than two); the reference reaches a masked-word accuracy of about 0.10,
    above the 0.09 target of the checks;
-3. save ``mlm.safetensors`` with ``toolkit.pretrain.save_bert``.
+3. save ``mlm.safetensors`` with ``toolkit.pretrain.save_bert``;
+4. fine-tune for part 9 as the notebook does, with *that* notebook's code: its
+   ``classifier_from_pretrained`` on the ``mlm.safetensors`` of step 3, its
+   ``encode_pairs`` for the task's inputs (``toolkit.finetune.module_task``), its
+   ``BertClassifier``; ``FINETUNE_STEPS`` steps of ``toolkit.finetune.finetune`` (about 3 s
+   on one idle core), saved as ``classifier.safetensors`` with
+   ``toolkit.finetune.save_classifier``. A mutant that starts from a fresh encoder hands
+   in a classifier whose encoder does not descend from its ``mlm.safetensors``.
 
 A notebook that cannot train (the stub raises ``NotImplementedError``) gets no checkpoint,
-like a student who handed none in; the script says so and exits 0.
+like a student who handed none in; the script says so and exits 0. One that pre-trains
+but cannot fine-tune hands in ``mlm.safetensors`` alone.
 
 Identical training code trains identically, so results are cached
 (:mod:`autograder.authoring.prepare_checkpoint`, which does step 1 and the caching for every such
-script): the reference and the mutants of RMSNorm, the feed-forward and the distillation
-exercises share one run.
+script), the two checkpoints separately: the reference and the mutants of RMSNorm, the
+feed-forward and the distillation exercises share one pre-training run, and the mutants of
+part 8 share the reference's pre-training (fine-tuning is keyed by the cells it uses and by
+the pre-trained checkpoint's bytes).
 """
 
 from __future__ import annotations
@@ -44,13 +54,20 @@ from autograder.authoring.prepare_checkpoint import prepare_checkpoint
 
 NOTEBOOK = "blocks.ipynb"
 CHECKPOINT = "mlm.safetensors"
-#: Cells that training never calls: excluded from the cache key. (The model uses
-#: LayerNorm and the GELU MLP; RMSNorm and SwiGLU only when a config asks for them; the
-#: NSP pairs and the classifier of part 8 come after pre-training.)
-NOT_FOR_TRAINING = {"rms_norm", "gated_ffn", "glu_family", "distillation",
-                    "document_nsp_pairs", "bert_classifier"}
+CLASSIFIER = "classifier.safetensors"
+#: Cells of part 8 and 9: fine-tuning, which comes after pre-training.
+FINETUNING_CELLS = {"document_nsp_pairs", "bert_classifier", "encode_pairs",
+                    "classifier_from_pretrained", "finetune_setup"}
+#: Cells that pre-training never calls: excluded from its cache key. (The model uses
+#: LayerNorm and the GELU MLP; RMSNorm and SwiGLU only when a config asks for them.)
+NOT_FOR_TRAINING = {"rms_norm", "gated_ffn", "glu_family", "distillation", *FINETUNING_CELLS}
+#: Cells that fine-tuning never calls (it reads the pre-trained encoder from its file).
+NOT_FOR_FINETUNING = {"rms_norm", "gated_ffn", "glu_family", "distillation",
+                      "document_nsp_pairs", "mask_tokens", "masked_lm_dataset"}
 MODEL = dict(d_model=64, n_layers=1, n_heads=4, max_seq_len=64)
 STEPS, BATCH, LR, SEED = 250, 32, 3e-3, 0
+#: Part 9's fine-tuning: the notebook's FINETUNE_STEPS, FINETUNE_LR and FINETUNE_SEED.
+FINETUNE_STEPS, FINETUNE_LR, FINETUNE_SEED = 120, 2e-3, 0
 
 
 def train_and_save(namespace: dict) -> float:
@@ -79,11 +96,41 @@ def train_and_save(namespace: dict) -> float:
     return losses[-1]
 
 
+def finetune_and_save(namespace: dict) -> float:
+    """Fine-tune the notebook's classifier from the pre-trained ``mlm.safetensors`` on
+    the module task built with the notebook's ``encode_pairs``, save it; returns the last
+    training loss."""
+    import torch
+
+    from toolkit.finetune import TASK_MODULES, finetune, module_task, save_classifier
+    from toolkit.pretrain import load_mlm_corpus
+
+    torch.set_num_threads(1)
+    train, _ = module_task(load_mlm_corpus().vocab, encode=namespace["encode_pairs"])
+    torch.manual_seed(FINETUNE_SEED)
+    classifier = namespace["classifier_from_pretrained"](CHECKPOINT, len(TASK_MODULES))
+    losses = finetune(classifier, train, FINETUNE_STEPS, lr=FINETUNE_LR, seed=FINETUNE_SEED)
+    if not all(math.isfinite(loss) for loss in losses):
+        raise FloatingPointError("the fine-tuning loss stopped being finite")
+    save_classifier(classifier, CLASSIFIER)
+    return losses[-1]
+
+
 def main(argv: list[str]) -> int:
-    return prepare_checkpoint(
-        argv[1] if len(argv) > 1 else "?", script=Path(__file__), notebook=NOTEBOOK,
+    student = argv[1] if len(argv) > 1 else "?"
+    prepare_checkpoint(
+        student, script=Path(__file__), notebook=NOTEBOOK,
         checkpoint=CHECKPOINT, name="blocks", not_for_training=NOT_FOR_TRAINING,
         train_and_save=train_and_save, steps=STEPS,
+    )
+    if not Path(CHECKPOINT).is_file():
+        print(f"{student}: no {CLASSIFIER}: there is no {CHECKPOINT} to fine-tune")
+        return 0
+    return prepare_checkpoint(
+        student, script=Path(__file__), notebook=NOTEBOOK,
+        checkpoint=CLASSIFIER, name="blocks-classifier", not_for_training=NOT_FOR_FINETUNING,
+        train_and_save=finetune_and_save, steps=FINETUNE_STEPS,
+        also_reads=(Path(CHECKPOINT).resolve(),),
     )
 
 

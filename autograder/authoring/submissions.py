@@ -135,6 +135,13 @@ def _transform(value):
         return torch.zeros_like(value)
     if isinstance(value, (tuple, list)):
         return type(value)(_transform(v) for v in value)
+    if isinstance(value, dict):  # named results (BERT's input rows)
+        return type(value)((k, _transform(v)) for k, v in value.items())
+    if isinstance(value, torch.nn.Module):  # a model built by the answer: constant weights
+        with torch.no_grad():
+            for _p in value.parameters():
+                _p.fill_(0.25)
+        return value
     if isinstance(value, bool):
         return True
     if isinstance(value, (int, float)):

@@ -57,6 +57,8 @@ SHORTER = {
         ("STEPS = 600\n", "STEPS = 4\n"),
         ("distill(model, student, corpus, 300,", "distill(model, student, corpus, 2,"),
         ("pretrain(scratch, corpus, 300,", "pretrain(scratch, corpus, 2,"),
+        ("FINETUNE_STEPS, FINETUNE_LR, FINETUNE_SEED = 120,",
+         "FINETUNE_STEPS, FINETUNE_LR, FINETUNE_SEED = 4,"),
     ],
     "06-beyond-attention": [
         ("RECALL_STEPS = 600\n", "RECALL_STEPS = 2\n"),

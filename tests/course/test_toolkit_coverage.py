@@ -63,11 +63,16 @@ NOT_FOR_NOTEBOOKS = {
     "layer_scales": "what layer_scale_explorer measures; 05 and its lecture show the explorer",
     "sorting_batch": "the toy task of warmup_experiment; 05 calls warmup_experiment",
     "train_deep_stack": "one run of warmup_experiment; 05 calls warmup_experiment",
+    "finetune": "the loop finetuning_curve runs (and 05's prepare script); 05 calls the curve",
+    "cls_attention": "what attention_examples computes for each example the widget shows",
+    "attention_examples": "what finetuning_results gathers for finetuning_explorer",
+    "module_words": "module_task's reading of one corpus module",
 }
 
 #: A widget's helper (a pure plot, the data behind it) that notebooks see through its
 #: builder: ``helper -> builder``. Both live in one module, and the builder must be used.
 SHOWN_BY_BUILDER = {
+    "plot_finetuning": "finetuning_explorer",
     "plot_rope_spectrum": "rope_spectrum_explorer",
     "plot_score_vs_distance": "score_vs_distance_explorer",
     "plot_alibi_heads": "alibi_explorer",

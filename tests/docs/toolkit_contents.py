@@ -114,8 +114,11 @@ PARTS = {
         Concept("Post-LN and Pre-LN residual blocks", ("toolkit.residual",), ("05-blocks",),
                 ("layer_scale_explorer",)),
         Concept("The warm-up experiment", ("toolkit.warmup",), (), ("layer_scale_explorer",)),
-        Concept("BERT: embeddings, tied MLM head, NSP and classification heads, fine-tuning",
-                ("toolkit.bert", "toolkit.finetune"), ("05-blocks",)),
+        Concept("BERT: embeddings, tied MLM head, NSP and classification heads",
+                ("toolkit.bert",), ("05-blocks",)),
+        Concept("Fine-tuning BERT on a classification task, against the same model from "
+                "scratch", ("toolkit.finetune",), ("05-blocks",), ("finetuning_explorer",),
+                handed_in=(("05-blocks", "test_finetuned_checkpoint"),)),
         Concept("Masked language modelling: sentence pairs, masking, static and dynamic",
                 ("toolkit.mlm",), ("05-blocks",), ("mlm_masking_playground",)),
         Concept("Pre-training a small BERT", ("toolkit.pretrain",),

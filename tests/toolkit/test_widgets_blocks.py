@@ -186,3 +186,57 @@ def test_a_class_with_an_unwritten_method_shows_which_one(interactive, build, na
     notes = " ".join(c.value for c in _walk(widget) if isinstance(c, w.HTML))
     assert f"needs <code>{name}</code>, which is not written yet" in notes
     assert _image(widget).layout.display == "none"
+
+
+# ---------------------------------------------------------------- fine-tuning
+
+
+@pytest.fixture(scope="module")
+def finetuning_results():
+    """A 2-layer classifier fine-tuned for a few steps on a toy task, measured as the
+    notebook measures it."""
+    from toolkit.bert import BertClassifier, BertConfig, TinyBert
+    from toolkit.finetune import encode_pairs, finetuning_curve
+
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    pairs = [(torch.randint(5, VOCAB.vocab_size, (3,), generator=g).tolist(),
+              torch.randint(5, VOCAB.vocab_size, (2,), generator=g).tolist()) for _ in range(12)]
+    data = encode_pairs(pairs, 9)
+    data["labels"] = torch.arange(12) % 2
+    classifiers, curves = {}, {}
+    for run in ("pre-trained", "from scratch"):
+        classifiers[run] = BertClassifier(TinyBert(BertConfig(
+            vocab_size=VOCAB.vocab_size, d_model=16, n_layers=2, n_heads=2, max_seq_len=9)), 2)
+        curves[run] = finetuning_curve(classifiers[run], data, data, 6, every=2, batch_size=4)
+    results = K.finetuning_results(classifiers, curves, data, [0, 1], VOCAB, ("even", "odd"))
+    assert results["chance"] == 0.5
+    return results
+
+
+def test_plot_finetuning_renders_the_curves_and_the_cls_row(finetuning_results):
+    curve = finetuning_results["curves"]["pre-trained"]
+    assert curve["step"] == [0, 2, 4, 6] and len(curve["loss"]) == 6
+    entry = finetuning_results["attention"]["from scratch"][1]
+    assert entry["weights"].shape == (2, 2, 8) and len(entry["tokens"]) == 8  # 8 real tokens
+    fig = K.plot_finetuning(finetuning_results, run="from scratch", example=1)
+    assert len(fig.axes[0].get_lines()) == 2 * 2 + 1  # held-out and training per run, chance
+    _render(fig)
+    with pytest.raises(ValueError, match="run"):
+        K.plot_finetuning(finetuning_results, run="distilled")
+    with pytest.raises(ValueError, match="example"):
+        K.plot_finetuning(finetuning_results, example=2)
+
+
+def test_finetuning_explorer_redraws(interactive, finetuning_results):
+    widget = K.finetuning_explorer(finetuning_results)
+    image = _image(widget)
+    first = bytes(image.value)
+    assert first.startswith(PNG_MAGIC)
+    _control(widget, "[CLS] attention of").value = "from scratch"
+    assert bytes(image.value) != first
+
+
+def test_finetuning_explorer_is_a_placeholder_when_headless(headless, finetuning_results):
+    widget = K.finetuning_explorer(finetuning_results)
+    assert isinstance(widget, w.HTML) and "skipped" in widget.value

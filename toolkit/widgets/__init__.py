@@ -9,7 +9,8 @@
   linear attention's state and error, MLA's latent against GQA and MQA, differential
   attention's two maps, online-softmax stepper, attention memory;
 * :mod:`toolkit.widgets.blocks` (05): Post-LN vs Pre-LN layer scales and warm-up runs, a
-  GLU gate explorer, an MLM masking playground, a distillation temperature slider;
+  GLU gate explorer, an MLM masking playground, a distillation temperature slider,
+  fine-tuning curves and what ``[CLS]`` attends to;
 * :mod:`toolkit.widgets.beyond` (06): expert load and collapse, SSM kernel and memory,
   RWKV decay per channel, decoding cost per token;
 * :mod:`toolkit.widgets.generation` (07): loss curves, sampling playground, two models
@@ -77,4 +78,5 @@ BUILDERS = {
 RESULT_VIEWERS = {
     "position": ("context_extension_explorer",),
     "beyond": ("recall_explorer",),
+    "blocks": ("finetuning_explorer",),
 }

@@ -13,10 +13,13 @@ What each one is for
   selected and what each became, and the shares over 2,000 draws.
 * :func:`temperature_explorer`: a teacher's soft targets as the temperature grows, and
   the distillation loss with and without its ``T^2``.
+* :func:`finetuning_explorer` (draws a measurement, calls nothing): the accuracy of a
+  fine-tuned classifier against the step, pre-trained and from scratch, and what its
+  ``[CLS]`` query attends to in every layer and head.
 
 Modules, in reading order: :mod:`~toolkit.widgets.blocks.layers`,
 :mod:`~toolkit.widgets.blocks.gates`, :mod:`~toolkit.widgets.blocks.masking`,
-:mod:`~toolkit.widgets.blocks.distillation`.
+:mod:`~toolkit.widgets.blocks.distillation`, :mod:`~toolkit.widgets.blocks.finetuning`.
 
 Builders draw with the student's own class or function, given by its toolkit name
 (``layer_scale_explorer(fns={"PreLNBlock": PreLNBlock})``, ``glu_gate_explorer(
@@ -34,6 +37,11 @@ from toolkit.widgets.blocks.distillation import (
     TEACHER_LOGITS,
     plot_soft_targets,
     temperature_explorer,
+)
+from toolkit.widgets.blocks.finetuning import (
+    finetuning_explorer,
+    finetuning_results,
+    plot_finetuning,
 )
 from toolkit.widgets.blocks.gates import (
     GATE_ACTIVATIONS,
@@ -67,6 +75,8 @@ __all__ = [
     "STUDENT_LOGITS",
     "TEACHER_LOGITS",
     "course_vocab",
+    "finetuning_explorer",
+    "finetuning_results",
     "gate_example",
     "glu_gate_explorer",
     "layer_scale_explorer",
@@ -75,6 +85,7 @@ __all__ = [
     "message_figure",
     "mlm_masking_playground",
     "outcome_shares",
+    "plot_finetuning",
     "plot_glu_gates",
     "plot_layer_scales",
     "plot_layer_scales_at_init",
