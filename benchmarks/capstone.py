@@ -21,8 +21,9 @@
    (parameter-matched) train at 4 layers, 4 heads, d 128, block 128, batch 16 on the
    same batches with the same optimiser, taking turns (:mod:`capstone_race`). Reported:
    tokens/s, the ratio to nanoGPT measured in the same windows, and validation loss
-   at equal steps. ``--with-reference`` adds our two recipes on the teaching code
-   (``attention_backend="reference"``), the speed before the fast backends.
+   at equal steps. Our models are :class:`toolkit.models.FastGPT`; ``--with-reference``
+   adds the same recipes on the teaching :class:`toolkit.models.GPT`, the speed before
+   the fast paths.
 
 4. Attention backends (``--tables backends --device cuda``): the modern recipe, one
    initialisation, trained with each of ``--backends`` (default ``sdpa,triton``) on the
@@ -69,6 +70,7 @@ from toolkit.data import load_corpus  # noqa: E402
 from toolkit.generate import greedy  # noqa: E402
 from toolkit.models import (  # noqa: E402
     GPT,
+    FastGPT,
     GPTConfig,
     count_parameters,
     parameter_matched_configs,
@@ -96,7 +98,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--peer", default=None, help="nanoGPT's model.py, for --tables peer")
     p.add_argument("--with-reference", action="store_true",
                    help="peer table: add our recipes on the teaching code")
-    p.add_argument("--backend", default="auto", help="our models' attention_backend (peer)")
+    p.add_argument("--backend", default="auto", help="our FastGPTs' attention_backend (peer)")
     p.add_argument("--backends", default="sdpa,triton", help="backends table: which to race")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="bf16", help="backends table on a GPU: autocast dtype")
@@ -125,11 +127,11 @@ def bench_training(args, corpus) -> dict[str, GPT]:
     warm = TrainConfig(max_steps=3, batch_size=args.batch_size, block_size=args.block_size,
                        eval_every=3, eval_batches=1, progress=False)
     for config in (classic_cfg, modern_cfg):
-        train(GPT(config), corpus.train, corpus.val, warm)
+        train(FastGPT(config), corpus.train, corpus.val, warm)
     rows, models = [], {}
     for name, config in (("classic", classic_cfg), ("modern", modern_cfg)):
         torch.manual_seed(args.seed)
-        model = GPT(config)
+        model = FastGPT(config)
         history = train(model, corpus.train, corpus.val, cfg)
         models[name] = model
         detail = (f"LN+GELU(4d={config.ffn_hidden})+MHA+learned pos" if name == "classic" else
@@ -216,16 +218,17 @@ def bench_peer(args, corpus) -> None:
     # which costs more on a CPU: "classic" with mlp="gelu" is nanoGPT's architecture.
     recipes = [("classic", replace(classic, mlp="gelu")), ("classic, tanh GELU", classic),
                ("modern", modern)]
+    recipes = [(name, config, FastGPT) for name, config in recipes]
     if args.with_reference:
-        recipes += [(f"{n} (reference)", replace(c, attention_backend="reference"))
-                    for n, c in recipes]
-    for name, config in recipes:
+        recipes += [(f"{n} (reference)", c, GPT) for n, c, _ in recipes]
+    for name, config, model_class in recipes:
         torch.manual_seed(args.seed)
-        models[name] = GPT(config)
+        models[name] = model_class(config)
         gelu = "GELU(tanh)" if config.mlp_type == "gelu_tanh" else "GELU"
         parts = (f"LN+{gelu}+MHA+learned pos" if config.recipe == "classic" else
                  f"RMS+SwiGLU({config.ffn_hidden})+GQA({config.kv_heads} kv)+RoPE")
-        details[name] = f"{parts}, {config.attention_backend}"
+        how = config.attention_backend if model_class is FastGPT else "teaching GPT"
+        details[name] = f"{parts}, {how}"
     eval_every = args.eval_every or max(1, args.steps // 4)
     results = race(models, corpus.train, corpus.val, steps=args.steps,
                    batch_size=args.batch_size, block_size=args.block_size, window=args.window,
@@ -248,7 +251,7 @@ def bench_backends(args, corpus) -> None:
     state = GPT(base).state_dict()
     models, details = {}, {}
     for backend in args.backends.split(","):
-        model = GPT(replace(base, attention_backend=backend)).to(device)
+        model = FastGPT(replace(base, attention_backend=backend)).to(device)
         model.load_state_dict(state)  # one initialisation for every backend
         models[backend], details[backend] = model, f"modern, {backend}"
     eval_every = args.eval_every or max(1, args.steps // 10)
@@ -285,7 +288,7 @@ def bench_parts(args, corpus) -> None:
     models, details = {}, {}
     for name, (config, detail) in variants.items():
         torch.manual_seed(args.seed)
-        models[name], details[name] = GPT(config), f"{detail}, {config.attention_backend}"
+        models[name], details[name] = FastGPT(config), f"{detail}, {config.attention_backend}"
     eval_every = args.eval_every or max(1, args.steps // 4)
     results = race(models, corpus.train, corpus.val, steps=args.steps,
                    batch_size=args.batch_size, block_size=args.block_size, window=args.window,

@@ -23,8 +23,8 @@ CPU: joined at every step, the gradient needs the two halves copied back togethe
 stored as one matrix, with the gate's gradient written straight into one tensor, the
 modern recipe still trained at 0.89x of nanoGPT's speed against 0.96x without.)
 
-Equal to the teaching versions to float rounding (tested). :class:`toolkit.models.GPT`
-builds them for every ``attention_backend`` except ``"reference"``.
+Equal to the teaching versions to float rounding (tested). :class:`toolkit.models.FastGPT`
+builds them in place of :class:`toolkit.models.GPT`'s teaching layers.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pathlib import Path
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from toolkit.models import GPT, GPTConfig
+from toolkit.models import GPT, FastGPT, GPTConfig
 
 
 def save_checkpoint(model: GPT, config: GPTConfig, path: str | Path) -> None:
@@ -40,7 +40,9 @@ def save_checkpoint(model: GPT, config: GPTConfig, path: str | Path) -> None:
 
 
 def load_checkpoint(path: str | Path, device: str = "cpu") -> GPT:
-    """Rebuild a :class:`GPT` from :func:`save_checkpoint`'s file (in eval mode).
+    """Rebuild the model of :func:`save_checkpoint`'s file (in eval mode), as a
+    :class:`toolkit.models.FastGPT`: the capstone :class:`GPT` on fused kernels (the state
+    dict is the same, so a checkpoint of either model loads).
 
     Building the model from the stored config re-ties ``lm_head.weight`` to
     ``wte.weight``; loading ``wte.weight`` then fills both.
@@ -54,7 +56,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> GPT:
             raise ValueError(f"path: {path} has no 'gpt_config' metadata; not a toolkit checkpoint")
         state = {name: f.get_tensor(name) for name in f.keys()}
     config = GPTConfig.from_dict(json.loads(metadata["gpt_config"]))
-    model = GPT(config).to(device)
+    model = FastGPT(config).to(device)
     missing, unexpected = model.load_state_dict(state, strict=False)
     allowed_missing = {"lm_head.weight"} if config.tie_weights else set()
     if unexpected or set(missing) - allowed_missing:
