@@ -326,8 +326,8 @@ def _peer_and_modern(args, corpus) -> dict[str, torch.nn.Module]:
 
 
 def _category(op: str) -> str:
-    if op in ("aten::mm", "aten::addmm"):
-        return "matrix products (mm, addmm)"
+    if op in ("aten::mm", "aten::addmm", "aten::addmm_"):
+        return "matrix products (mm, addmm, addmm_)"
     if "scaled_dot_product" in op:
         return "attention (SDPA forward and backward)"
     return "everything else (norms, activations, RoPE, adds, copies, optimiser, overhead)"
