@@ -21,8 +21,9 @@
    (parameter-matched) train at 4 layers, 4 heads, d 128, block 128, batch 16 on the
    same batches with the same optimiser, taking turns (:mod:`capstone_race`). Reported:
    tokens/s, the ratio to nanoGPT measured in the same windows, and validation loss
-   at equal steps. ``--with-reference`` adds our two recipes on the teaching code
-   (``attention_backend="reference"``), the speed before the fast backends.
+   at equal steps. Our models are :class:`toolkit.models.FastGPT`; ``--with-reference``
+   adds the same recipes on the teaching :class:`toolkit.models.GPT`, the speed before
+   the fast paths.
 
 4. Attention backends (``--tables backends --device cuda``): the modern recipe, one
    initialisation, trained with each of ``--backends`` (default ``sdpa,triton``) on the
@@ -35,6 +36,12 @@
    MLP of ``4 d``, all heads for K/V), and the classic recipe with the exact GELU,
    taking turns on the same batches: tokens/s relative to the modern recipe.
 
+6. Where the time goes (``--tables profile --peer PATH``): nanoGPT and our modern recipe
+   (parameter-matched, as in 3.) each train ``--profile-rounds`` short turns of
+   ``--profile-steps`` steps under ``torch.profiler``, taking turns; reported is each
+   operator's self time per step for both, and their difference, largest first, with
+   the totals of matrix products, attention and everything else.
+
 Timings are wall-clock in this process. By default torch uses one thread
 (``--threads 1``), which keeps timings stable on a shared machine; ``--threads 0``
 leaves torch's default.
@@ -45,6 +52,7 @@ Usage::
     python benchmarks/capstone.py --quick    # smaller model, fewer steps (under a minute)
     python benchmarks/capstone.py --tables peer --peer /tmp/nanoGPT/model.py --steps 500
     python benchmarks/capstone.py --tables backends --device cuda --threads 0
+    python benchmarks/capstone.py --tables profile --peer /tmp/nanoGPT/model.py
 """
 
 from __future__ import annotations
@@ -69,6 +77,7 @@ from toolkit.data import load_corpus  # noqa: E402
 from toolkit.generate import greedy  # noqa: E402
 from toolkit.models import (  # noqa: E402
     GPT,
+    FastGPT,
     GPTConfig,
     count_parameters,
     parameter_matched_configs,
@@ -92,11 +101,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch threads; 0 = torch default")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tables", default="recipes,decoding",
-                   help="comma list of: recipes, decoding, peer, backends, parts")
+                   help="comma list of: recipes, decoding, peer, backends, parts, profile")
     p.add_argument("--peer", default=None, help="nanoGPT's model.py, for --tables peer")
     p.add_argument("--with-reference", action="store_true",
                    help="peer table: add our recipes on the teaching code")
-    p.add_argument("--backend", default="auto", help="our models' attention_backend (peer)")
+    p.add_argument("--backend", default="auto", help="our FastGPTs' attention_backend (peer)")
     p.add_argument("--backends", default="sdpa,triton", help="backends table: which to race")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="bf16", help="backends table on a GPU: autocast dtype")
@@ -104,6 +113,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="backends table: seconds to reach this validation loss")
     p.add_argument("--window", type=int, default=5, help="steps per turn in a race")
     p.add_argument("--eval-every", type=int, default=None)
+    p.add_argument("--profile-rounds", type=int, default=8, help="profile table: turns each")
+    p.add_argument("--profile-steps", type=int, default=2, help="profile table: steps a turn")
+    p.add_argument("--profile-rows", type=int, default=25, help="profile table: operators shown")
     args = p.parse_args(argv)
     quick = {"steps": 40, "d_model": 64, "n_layers": 2, "block_size": 64}
     full = {"steps": 200, "d_model": 128, "n_layers": 4, "block_size": 128}
@@ -125,11 +137,11 @@ def bench_training(args, corpus) -> dict[str, GPT]:
     warm = TrainConfig(max_steps=3, batch_size=args.batch_size, block_size=args.block_size,
                        eval_every=3, eval_batches=1, progress=False)
     for config in (classic_cfg, modern_cfg):
-        train(GPT(config), corpus.train, corpus.val, warm)
+        train(FastGPT(config), corpus.train, corpus.val, warm)
     rows, models = [], {}
     for name, config in (("classic", classic_cfg), ("modern", modern_cfg)):
         torch.manual_seed(args.seed)
-        model = GPT(config)
+        model = FastGPT(config)
         history = train(model, corpus.train, corpus.val, cfg)
         models[name] = model
         detail = (f"LN+GELU(4d={config.ffn_hidden})+MHA+learned pos" if name == "classic" else
@@ -216,16 +228,17 @@ def bench_peer(args, corpus) -> None:
     # which costs more on a CPU: "classic" with mlp="gelu" is nanoGPT's architecture.
     recipes = [("classic", replace(classic, mlp="gelu")), ("classic, tanh GELU", classic),
                ("modern", modern)]
+    recipes = [(name, config, FastGPT) for name, config in recipes]
     if args.with_reference:
-        recipes += [(f"{n} (reference)", replace(c, attention_backend="reference"))
-                    for n, c in recipes]
-    for name, config in recipes:
+        recipes += [(f"{n} (reference)", c, GPT) for n, c, _ in recipes]
+    for name, config, model_class in recipes:
         torch.manual_seed(args.seed)
-        models[name] = GPT(config)
+        models[name] = model_class(config)
         gelu = "GELU(tanh)" if config.mlp_type == "gelu_tanh" else "GELU"
         parts = (f"LN+{gelu}+MHA+learned pos" if config.recipe == "classic" else
                  f"RMS+SwiGLU({config.ffn_hidden})+GQA({config.kv_heads} kv)+RoPE")
-        details[name] = f"{parts}, {config.attention_backend}"
+        how = config.attention_backend if model_class is FastGPT else "teaching GPT"
+        details[name] = f"{parts}, {how}"
     eval_every = args.eval_every or max(1, args.steps // 4)
     results = race(models, corpus.train, corpus.val, steps=args.steps,
                    batch_size=args.batch_size, block_size=args.block_size, window=args.window,
@@ -248,7 +261,7 @@ def bench_backends(args, corpus) -> None:
     state = GPT(base).state_dict()
     models, details = {}, {}
     for backend in args.backends.split(","):
-        model = GPT(replace(base, attention_backend=backend)).to(device)
+        model = FastGPT(replace(base, attention_backend=backend)).to(device)
         model.load_state_dict(state)  # one initialisation for every backend
         models[backend], details[backend] = model, f"modern, {backend}"
     eval_every = args.eval_every or max(1, args.steps // 10)
@@ -285,7 +298,7 @@ def bench_parts(args, corpus) -> None:
     models, details = {}, {}
     for name, (config, detail) in variants.items():
         torch.manual_seed(args.seed)
-        models[name], details[name] = GPT(config), f"{detail}, {config.attention_backend}"
+        models[name], details[name] = FastGPT(config), f"{detail}, {config.attention_backend}"
     eval_every = args.eval_every or max(1, args.steps // 4)
     results = race(models, corpus.train, corpus.val, steps=args.steps,
                    batch_size=args.batch_size, block_size=args.block_size, window=args.window,
@@ -293,6 +306,91 @@ def bench_parts(args, corpus) -> None:
     _race_table(f"One part swapped at a time: {args.steps} steps x {args.batch_size} x "
                 f"{args.block_size} tokens, d_model={args.d_model}, n_layers={args.n_layers}, "
                 f"{torch.get_num_threads()} thread(s)", results, models, "modern", details)
+
+
+def _peer_and_modern(args, corpus) -> dict[str, torch.nn.Module]:
+    """nanoGPT's GPT and our modern FastGPT, parameter-matched as in the peer table."""
+    peer = load_peer(args.peer)
+    _, modern = parameter_matched_configs(
+        vocab_size=corpus.vocab_size, d_model=args.d_model, n_layers=args.n_layers,
+        n_heads=args.n_heads, max_seq_len=args.block_size, attention_backend=args.backend,
+    )
+    torch.manual_seed(args.seed)
+    peer_config = {"block_size": args.block_size, "vocab_size": corpus.vocab_size,
+                   "n_layer": args.n_layers, "n_head": args.n_heads, "n_embd": args.d_model,
+                   "dropout": 0.0, "bias": True}
+    models = {"nanoGPT": peer.GPT(peer.GPTConfig(**peer_config))}
+    torch.manual_seed(args.seed)
+    models["modern"] = FastGPT(modern)
+    return models
+
+
+def _category(op: str) -> str:
+    if op in ("aten::mm", "aten::addmm", "aten::addmm_"):
+        return "matrix products (mm, addmm, addmm_)"
+    if "scaled_dot_product" in op:
+        return "attention (SDPA forward and backward)"
+    return "everything else (norms, activations, RoPE, adds, copies, optimiser, overhead)"
+
+
+def bench_profile(args, corpus) -> None:
+    """Operator self time per training step, nanoGPT against the modern recipe."""
+    from collections import Counter
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from toolkit.data import get_batch
+    from toolkit.train import configure_optimizer
+
+    if not args.peer:
+        raise SystemExit("--tables profile needs --peer PATH (nanoGPT's model.py)")
+    models = _peer_and_modern(args, corpus)
+    optimisers = {name: configure_optimizer(m, 3e-3, 0.1) for name, m in models.items()}
+    generator = torch.Generator().manual_seed(args.seed)
+    per_turn = args.profile_steps
+
+    def steps(name: str, n: int) -> None:
+        model, opt = models[name].train(), optimisers[name]
+        for _ in range(n):  # the race's step: AdamW, clipping at 1.0
+            x, y = get_batch(corpus.train, args.batch_size, args.block_size, generator)
+            opt.zero_grad(set_to_none=True)
+            _, loss = model(x, y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+
+    for name in models:
+        steps(name, 3)  # one-off costs out of the profile
+    self_us = {name: Counter() for name in models}
+    for turn in range(args.profile_rounds):
+        order = list(models) if turn % 2 == 0 else list(models)[::-1]
+        for name in order:
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                steps(name, per_turn)
+            for event in prof.key_averages():
+                self_us[name][event.key] += event.self_cpu_time_total
+    n_steps = args.profile_rounds * per_turn
+    ms = {name: {op: us / 1e3 / n_steps for op, us in c.items()} for name, c in self_us.items()}
+    nano, ours = ms["nanoGPT"], ms["modern"]
+    ops = sorted(set(nano) | set(ours), key=lambda op: -abs(ours.get(op, 0) - nano.get(op, 0)))
+    rows = [[op[:60], f"{nano.get(op, 0):.2f}", f"{ours.get(op, 0):.2f}",
+             f"{ours.get(op, 0) - nano.get(op, 0):+.2f}"] for op in ops[:args.profile_rows]]
+    categories = Counter(), Counter()
+    for side, table in zip(categories, (nano, ours)):
+        for op, value in table.items():
+            side[_category(op)] += value
+    total = sum(nano.values()), sum(ours.values())
+    rows += [[f"= {cat}", f"{categories[0][cat]:.2f}", f"{categories[1][cat]:.2f}",
+              f"{categories[1][cat] - categories[0][cat]:+.2f}"]
+             for cat in sorted(set(categories[0]) | set(categories[1]))]
+    rows.append(["= all (self time)", f"{total[0]:.2f}", f"{total[1]:.2f}",
+                 f"{total[1] - total[0]:+.2f} ({total[1] / total[0] - 1:+.1%})"])
+    print_table(
+        f"Operator self time per training step (ms), nanoGPT against the modern recipe: "
+        f"{args.profile_rounds} turns of {per_turn} steps each under torch.profiler, taking "
+        f"turns, batch {args.batch_size} x {args.block_size}, d_model={args.d_model}, "
+        f"n_layers={args.n_layers}, {torch.get_num_threads()} thread(s)",
+        ["operator", "nanoGPT", "modern", "modern - nanoGPT"], rows)
 
 
 def modern_config(args, corpus) -> GPTConfig:
@@ -321,6 +419,8 @@ def main(argv=None) -> None:
         bench_backends(args, corpus)
     if "parts" in tables:
         bench_parts(args, corpus)
+    if "profile" in tables:
+        bench_profile(args, corpus)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,14 @@ from toolkit.data import (
 )
 from toolkit.ffn import swiglu_hidden_dim
 from toolkit.generate import beam_search, generate, greedy
-from toolkit.models import RECIPES, GPT, GPTConfig, count_parameters, parameter_matched_configs
+from toolkit.models import (
+    GPT,
+    RECIPES,
+    FastGPT,
+    GPTConfig,
+    count_parameters,
+    parameter_matched_configs,
+)
 from toolkit.notebook import friendly_errors
 from toolkit.train import (
     TrainConfig,
@@ -214,12 +221,18 @@ for group in optimizer.param_groups:
 # clipping inside); `LiveLossPlot` redraws the training loss (line) and validation loss
 # (dots) as it goes, against the dashed level $\ln V$ of a uniform guess. We keep a copy of
 # the model after 20 steps to compare with later.
+#
+# We train `FastGPT`, not `GPT`: the same model (the same state dict, key for key, and
+# the same outputs to float rounding) with every layer on a fused kernel: one matrix for
+# q, k and v, RoPE from a precomputed table, PyTorch's fused attention, one-kernel norms.
+# `GPT` is the one to read; `FastGPT` the one to train, and a checkpoint of one loads into
+# the other.
 
 # %%
 torch.manual_seed(0)
 config = GPTConfig.modern(vocab_size=tokenizer.vocab_size, d_model=48, n_layers=2, n_heads=4,
                           max_seq_len=64)
-model = GPT(config)
+model = FastGPT(config)  # GPT's weights and function, on fused kernels
 snapshots = {}
 
 

@@ -120,8 +120,9 @@ SHOWN_BY_BUILDER = {
 #: What the toolkit implements and no notebook shows yet, by the assignment whose topic it
 #: is: the lecture or assignment of that number should show it (then delete the line).
 NOT_YET_SHOWN = {
-    # The capstone's fast paths (GPTConfig.attention_backend = "sdpa" | "triton"); the
-    # notebooks keep the teaching path, benchmarks/capstone.py and tests exercise these.
+    # The capstone's fast paths (FastGPT's layers, GPTConfig.attention_backend = "sdpa" |
+    # "triton"); the notebooks keep the teaching path (lecture 07 trains a FastGPT),
+    # benchmarks/capstone.py and tests exercise these.
     "check_flash_backward_inputs": "04/07: the Triton backward's input check",
     "TritonFlashAttention": "07: the course's kernels as one autograd Function",
     "triton_attention": "07: the course's kernels as one autograd Function",
@@ -132,6 +133,7 @@ NOT_YET_SHOWN = {
     "sdpa_attention": "07: the backend switch of the capstone model",
     "triton_causal_attention": "07: the backend switch of the capstone model",
     "FastCausalSelfAttention": "07: the capstone model's fast attention layer",
+    "fast_twin": "07: how FastGPT swaps each teaching layer for its fused twin",
     "pairs_side_by_side": "07: RoPE on the fast path (a layout helper)",
     "rope_phasors": "07: RoPE on the fast path (precomputed rotations)",
     "rope_table": "07: RoPE on the fast path (precomputed rotations)",

@@ -24,3 +24,52 @@ def test_parts_table_races_every_variant(capsys, monkeypatch):
     for name in ("modern", "LayerNorm", "learned positions", "GELU MLP", "MHA", "classic"):
         assert any(line.strip().startswith(name) for line in out.splitlines()), name
     assert "1.00x" in out  # the modern recipe against itself
+
+
+PEER = '''
+from dataclasses import dataclass
+
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class GPTConfig:
+    block_size: int
+    vocab_size: int
+    n_layer: int
+    n_head: int
+    n_embd: int
+    dropout: float
+    bias: bool
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size)
+
+    def forward(self, idx, targets=None):
+        logits = self.lm_head(self.wte(idx))
+        return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+'''
+
+
+def test_profile_table_lists_operators_and_totals(capsys, monkeypatch, tmp_path):
+    """A stand-in for nanoGPT's model.py: the table names operators of both models and
+    ends with the totals by kind (no timing is asserted)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location("benchmark_capstone", BENCHMARKS / "capstone.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "benchmark_capstone", module)
+    spec.loader.exec_module(module)
+    (tmp_path / "model.py").write_text(PEER)
+    module.main(["--tables", "profile", "--peer", str(tmp_path / "model.py"), "--d-model", "32",
+                 "--n-layers", "1", "--n-heads", "2", "--batch-size", "2", "--block-size", "16",
+                 "--profile-rounds", "2", "--profile-steps", "1"])
+    out = capsys.readouterr().out
+    assert "Operator self time per training step" in out
+    assert "aten::mm" in out  # both models multiply matrices
+    for total in ("= matrix products", "= attention", "= all (self time)"):
+        assert total in out, total

@@ -207,7 +207,7 @@ def test_checkpoint_round_trip(tmp_path, recipe, tie):
             p.add_(0.05 * torch.randn_like(p))
     path = tmp_path / "ckpt.safetensors"
     save_checkpoint(model, model.config, path)
-    loaded = load_checkpoint(path)
+    loaded = load_checkpoint(path, model_class=type(model))  # the same class: bit for bit
     assert loaded.config == model.config and not loaded.training
     idx = torch.randint(256, (2, 20))
     torch.testing.assert_close(loaded(idx)[0], model(idx)[0], atol=0, rtol=0)

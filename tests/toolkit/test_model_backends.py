@@ -1,11 +1,12 @@
-"""The capstone GPT's attention backends compute one function (Triton in the interpreter).
+"""FastGPT's attention backends compute one function (Triton in the interpreter).
 
-``reference``, ``sdpa`` and ``triton`` models with the same weights give the same logits,
-loss and parameter gradients to float32 rounding, for both recipes (GQA, RoPE in both
-layouts, biases); KV-cache decoding equals the full pass with each; ``auto`` never
-picks the interpreter. Set-up as ``test_triton_kernel.py``: TRITON_INTERPRET is set
-above every import, and a fresh process runs the Triton cases when triton was imported
-too early in this one. Shapes stay tiny (T <= 12, d_head 8) for the interpreter.
+:class:`FastGPT` on ``reference``, ``sdpa`` and ``triton`` and the teaching :class:`GPT`
+with the same weights give the same logits, loss and parameter gradients to float32
+rounding, for both recipes (GQA, RoPE in both layouts, biases); KV-cache decoding equals
+the full pass with each; ``auto`` never picks the interpreter. Set-up as
+``test_triton_kernel.py``: TRITON_INTERPRET is set above every import, and a fresh
+process runs the Triton cases when triton was imported too early in this one. Shapes
+stay tiny (T <= 12, d_head 8) for the interpreter.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch  # noqa: E402
 from triton_harness import run_file_in_fresh_process  # noqa: E402
 
 from toolkit.kernels import HAS_TRITON, interpreter_active  # noqa: E402
-from toolkit.models import GPT, GPTConfig  # noqa: E402
+from toolkit.models import GPT, FastGPT, GPTConfig  # noqa: E402
 from toolkit.models.attention import CausalSelfAttention  # noqa: E402
 from toolkit.models.backends import causal_attention, resolve_backend  # noqa: E402
 from toolkit.models.fast_attention import FastCausalSelfAttention  # noqa: E402
@@ -49,16 +50,23 @@ def test_triton_cases_in_a_fresh_process():
     run_file_in_fresh_process(__file__, _CHILD, "-k", "triton", timeout=600)
 
 
+def build(config: GPTConfig, backend: str) -> GPT:
+    """``"teaching"``: the teaching :class:`GPT`; otherwise :class:`FastGPT` on ``backend``."""
+    if backend == "teaching":
+        return GPT(config)
+    return FastGPT(replace(config, attention_backend=backend))
+
+
 def twin(config: GPTConfig, backend: str, seed: int = 0) -> GPT:
-    """A model on ``backend`` with the weights of a reference model of ``seed``, changed
-    so that every path matters (no unit gains)."""
+    """A model on ``backend`` (see :func:`build`) with the weights of a teaching model of
+    ``seed``, changed so that every path matters (no unit gains)."""
     torch.manual_seed(seed)
-    state = GPT(replace(config, attention_backend="reference")).state_dict()
+    state = GPT(config).state_dict()
     g = torch.Generator().manual_seed(seed + 1)
     for key, value in state.items():
         if key != "lm_head.weight":  # tied: it is wte.weight
             value.add_(0.3 * torch.randn(value.shape, generator=g))
-    model = GPT(replace(config, attention_backend=backend))
+    model = build(config, backend)
     model.load_state_dict(state)  # the reference names and layout, whatever the backend
     return model.to(DEVICE)
 
@@ -89,11 +97,11 @@ def logits_loss_grads(model: GPT, idx, targets):
     return logits.detach(), loss.detach(), grads
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ["reference", *BACKENDS])
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_backend_matches_reference(name, backend):
     config = CONFIGS[name]
-    ref, fast = twin(config, "reference"), twin(config, backend)
+    ref, fast = twin(config, "teaching"), twin(config, backend)
     idx, targets = tokens(2, 12), tokens(2, 12, seed=3)
     want, got = logits_loss_grads(ref, idx, targets), logits_loss_grads(fast, idx, targets)
     torch.testing.assert_close(got[0], want[0], atol=2e-5, rtol=2e-5)
@@ -104,7 +112,7 @@ def test_backend_matches_reference(name, backend):
                                    msg=f"gradient of {param}")
 
 
-@pytest.mark.parametrize("backend", ["reference", *BACKENDS])
+@pytest.mark.parametrize("backend", ["teaching", "reference", *BACKENDS])
 @pytest.mark.parametrize("name", ["modern-gqa", "classic"])
 def test_kv_cache_decoding_equals_the_full_pass(name, backend):
     """A 5-token prefill, a 3-token chunk after it (queries see the cached prefix), then
@@ -123,8 +131,7 @@ def test_kv_cache_decoding_equals_the_full_pass(name, backend):
 def test_fast_layer_keeps_the_reference_state_dict():
     config = CONFIGS["modern-gqa"]
     assert issubclass(FastCausalSelfAttention, CausalSelfAttention)
-    ref = GPT(replace(config, attention_backend="reference"))
-    fast = GPT(replace(config, attention_backend="sdpa"))
+    ref, fast = GPT(config), FastGPT(replace(config, attention_backend="sdpa"))
     assert type(ref.blocks[0].attn) is CausalSelfAttention
     assert type(fast.blocks[0].attn) is FastCausalSelfAttention
     # the same names in the same order, whatever the fast layer stores
@@ -134,53 +141,39 @@ def test_fast_layer_keeps_the_reference_state_dict():
 def test_fast_layer_stores_one_qkv_matrix():
     """q, k, v are one layer, so no step joins three parameters (the CPU speed depends on it)."""
     config = CONFIGS["classic"]
-    attn = GPT(replace(config, attention_backend="sdpa")).blocks[0].attn
+    attn = FastGPT(replace(config, attention_backend="sdpa")).blocks[0].attn
     names = [name for name, _ in attn.named_parameters()]
     assert names == ["qkv_proj.weight", "qkv_proj.bias", "o_proj.weight", "o_proj.bias"]
     assert attn.qkv_proj.weight.shape == (3 * config.d_model, config.d_model)
-    with pytest.raises(AttributeError, match=r"k_proj.*qkv_proj.*state_dict.*reference"):
+    with pytest.raises(AttributeError, match=r"k_proj.*qkv_proj.*state_dict.*GPT"):
         attn.k_proj  # noqa: B018 - what a reader of the teaching layer would try
 
 
-@pytest.mark.parametrize("name", ["classic", "modern-interleaved-bias"])
-def test_one_seed_gives_every_backend_the_same_weights(name):
-    """Without RoPE's reordered rows, the fast layer's one draw for q, k, v takes the
-    numbers the reference layer's three draws take, and every later draw stays in step."""
-    models = []
-    for backend in ("reference", "sdpa"):
+@pytest.mark.parametrize("backend", ["reference", "sdpa"])
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_one_seed_gives_every_backend_the_same_weights(name, backend):
+    """FastGPT initialises the teaching model and moves its tensors into the fast layers:
+    from one seed, GPT's weights bit for bit, and the generator left in the same state."""
+    states, after = [], []
+    for model_backend in ("teaching", backend):
         torch.manual_seed(0)
-        models.append(GPT(replace(CONFIGS[name], attention_backend=backend)))
-    ref, fast = (m.state_dict() for m in models)
+        states.append(build(CONFIGS[name], model_backend).state_dict())
+        after.append(torch.rand(4))
+    ref, fast = states
     assert list(fast) == list(ref)
     for key, value in ref.items():
         assert torch.equal(fast[key], value), key
-
-
-def test_modern_fast_layer_draws_its_weights_like_the_reference():
-    """With RoPE's half layout the q and k rows are stored reordered and drawn in that
-    order: not the reference's weights, but from the same distribution, and every
-    other tensor (o_proj, the MLP, the norms) still the same."""
-    models = []
-    for backend in ("reference", "sdpa"):
-        torch.manual_seed(0)
-        models.append(GPT(replace(CONFIGS["modern-gqa"], attention_backend=backend)))
-    ref, fast = (m.state_dict() for m in models)
-    for key, value in ref.items():
-        if key.endswith(("q_proj.weight", "k_proj.weight")):
-            assert not torch.equal(fast[key], value), key
-            assert torch.equal(fast[key].flatten().sort().values, value.flatten().sort().values)
-        else:
-            assert torch.equal(fast[key], value), key
+    assert torch.equal(after[0], after[1])
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_state_dict_moves_between_backends(name):
     """reference -> sdpa -> reference returns every tensor bit for bit (RoPE's row order
     undone), and the fast model loaded from it computes the reference's logits."""
-    ref = twin(CONFIGS[name], "reference", seed=3)
-    fast = GPT(replace(CONFIGS[name], attention_backend="sdpa")).to(DEVICE)
+    ref = twin(CONFIGS[name], "teaching", seed=3)
+    fast = build(CONFIGS[name], "sdpa").to(DEVICE)
     fast.load_state_dict(ref.state_dict())
-    back = GPT(replace(CONFIGS[name], attention_backend="reference")).to(DEVICE)
+    back = GPT(CONFIGS[name]).to(DEVICE)
     back.load_state_dict(fast.state_dict())
     for key, value in ref.state_dict().items():
         assert torch.equal(back.state_dict()[key], value), key
@@ -197,14 +190,14 @@ def test_fast_state_dict_goes_through_safetensors(tmp_path):
     state = {k: v for k, v in fast.state_dict().items() if k != "lm_head.weight"}
     save_file(state, str(tmp_path / "model.safetensors"))
     loaded = load_file(str(tmp_path / "model.safetensors"))
-    ref = GPT(replace(CONFIGS["classic"], attention_backend="reference")).to(DEVICE)
+    ref = GPT(CONFIGS["classic"]).to(DEVICE)
     ref.load_state_dict(loaded, strict=False)
     idx = tokens(1, 8)
     torch.testing.assert_close(ref(idx)[0], fast(idx)[0], atol=2e-5, rtol=2e-5)
 
 
 def test_loading_a_partial_qkv_names_the_layer_and_the_missing_key():
-    fast = GPT(replace(CONFIGS["classic"], attention_backend="sdpa"))
+    fast = build(CONFIGS["classic"], "sdpa")
     state = fast.state_dict()
     del state["blocks.1.attn.k_proj.weight"]
     named = r"blocks\.1\.attn: .*lacks blocks\.1\.attn\.k_proj\.weight"
@@ -216,11 +209,11 @@ def test_loading_a_partial_qkv_names_the_layer_and_the_missing_key():
 
 
 def test_missing_qkv_is_reported_by_its_reference_names():
-    fast = GPT(replace(CONFIGS["classic"], attention_backend="sdpa"))
+    fast = build(CONFIGS["classic"], "sdpa")
     state = {k: v for k, v in fast.state_dict().items() if ".attn.q_proj." not in k
              and ".attn.k_proj." not in k and ".attn.v_proj." not in k}
     missing, unexpected = fast.load_state_dict(state, strict=False)
-    ref = GPT(replace(CONFIGS["classic"], attention_backend="reference"))
+    ref = GPT(CONFIGS["classic"])
     want = ref.load_state_dict(state, strict=False)
     assert (missing, unexpected) == (want.missing_keys, want.unexpected_keys)
     assert "blocks.0.attn.v_proj.bias" in missing

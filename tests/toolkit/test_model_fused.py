@@ -109,9 +109,15 @@ def test_feed_forward_equals_teaching(activation):
     assert_twins_agree(teaching, fused, x, 1e-10)
 
 
+@pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("dtype,atol", [(torch.float32, 2e-5), (torch.float64, 1e-10)])
-def test_swiglu_equals_teaching(dtype, atol):
-    teaching, fused = SwiGLU(16, 40).to(dtype), FusedSwiGLU(16, 40).to(dtype)
+def test_swiglu_equals_teaching(dtype, atol, bias):
+    teaching = SwiGLU(16, 40, bias=bias).to(dtype)
+    fused = FusedSwiGLU(16, 40, bias=bias).to(dtype)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():  # non-zero biases
+        for p in teaching.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g, dtype=dtype))
     fused.load_state_dict(teaching.state_dict())
     x = 2 * torch.randn(2, 5, 16, dtype=dtype)
     assert_twins_agree(teaching, fused, x, atol)
@@ -124,3 +130,15 @@ def test_silu_gate_backward_is_the_derivative():
     g = 3 * torch.randn(4, 7, dtype=torch.float64, requires_grad=True)
     u = torch.randn(4, 7, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(_SiLUGateFunction.apply, (g, u))
+
+
+def test_swiglu_input_backward_is_the_derivative():
+    """The hand-written backward of silu(x W_g^T) * (x W_u^T) (one dL/dx tensor) against
+    finite differences, in float64, with a batch axis as the model has."""
+    from toolkit.models.fused import _SwiGLUInputFunction
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 5, dtype=torch.float64, generator=g).requires_grad_()
+    w_gate, w_up = (torch.randn(7, 5, dtype=torch.float64, generator=g).requires_grad_()
+                    for _ in range(2))
+    assert torch.autograd.gradcheck(_SwiGLUInputFunction.apply, (x, w_gate, w_up))

@@ -34,20 +34,22 @@ Read in this order:
 * :mod:`toolkit.models.gpt`: :class:`Block` and :class:`GPT` (weight tying, init);
 * :mod:`toolkit.models.parameters`: :func:`count_parameters` and
   :func:`parameter_matched_configs`;
-* then, for speed (``GPTConfig.attention_backend``, the same function computed faster):
-  :mod:`toolkit.models.backends` (the teaching attention, PyTorch's SDPA or the course's
-  Triton kernels), :mod:`toolkit.models.fused` (norms and activations on fused kernels)
-  and :mod:`toolkit.models.fast_attention` (:class:`FastCausalSelfAttention`).
+* then, for speed, :mod:`toolkit.models.fast_gpt`: :class:`FastGPT`, the same model with
+  the same state dict on fused kernels, built from :mod:`toolkit.models.fused` (norms and
+  activations), :mod:`toolkit.models.fast_attention` (:class:`FastCausalSelfAttention`)
+  and :mod:`toolkit.models.backends` (``GPTConfig.attention_backend``: the teaching
+  attention, PyTorch's SDPA or the course's Triton kernels).
 
 Shapes: ``idx`` ``(B, T)`` token ids; logits ``(B, T, vocab_size)``; attention
 tensors ``(B, heads, T, d_head)``. Every public name is importable from this
-package: ``from toolkit.models import GPT, GPTConfig``.
+package: ``from toolkit.models import GPT, FastGPT, GPTConfig``.
 """
 
 from toolkit.models.attention import CausalSelfAttention
 from toolkit.models.backends import ATTENTION_BACKENDS, causal_attention, resolve_backend
 from toolkit.models.config import RECIPES, GPTConfig
 from toolkit.models.fast_attention import FastCausalSelfAttention
+from toolkit.models.fast_gpt import FastGPT
 from toolkit.models.gpt import GPT, Block
 from toolkit.models.kv_cache import StaticKVCache
 from toolkit.models.parameters import count_parameters, parameter_matched_configs
@@ -59,6 +61,7 @@ __all__ = [
     "Block",
     "CausalSelfAttention",
     "FastCausalSelfAttention",
+    "FastGPT",
     "GPTConfig",
     "StaticKVCache",
     "causal_attention",

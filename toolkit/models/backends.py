@@ -1,15 +1,16 @@
 """Attention backends of the capstone GPT: the same causal attention, three ways.
 
-``GPTConfig.attention_backend`` chooses how :class:`toolkit.models.CausalSelfAttention`
-computes ``softmax(q k^T / sqrt(D) + mask) v`` once the queries, keys and values are
-projected (and rotated, and cached):
+``GPTConfig.attention_backend`` chooses how the attention layer of
+:class:`toolkit.models.FastGPT` (:class:`toolkit.models.FastCausalSelfAttention`) computes
+``softmax(q k^T / sqrt(D) + mask) v`` once the queries, keys and values are projected
+(and rotated, and cached):
 
 ==============  ============================================================================
 ``reference``   the teaching code students write in the capstone: each KV head copied for
                 its query heads (:func:`toolkit.gqa.repeat_kv`), a boolean causal mask
                 (:func:`toolkit.masks.causal_mask`) and the score matrix of
-                :func:`toolkit.attention.scaled_dot_product_attention`; norms and
-                activations are the hand-written ones too
+                :func:`toolkit.attention.scaled_dot_product_attention`, as
+                :class:`toolkit.models.GPT` computes it
 ``sdpa``        PyTorch's fused attention, ``F.scaled_dot_product_attention``, with its own
                 grouped-query support (``enable_gqa=True``: no copies of K and V)
 ``triton``      the course's FlashAttention kernels, forward and FlashAttention-2

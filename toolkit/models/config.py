@@ -52,14 +52,14 @@ class GPTConfig:
             (``position="none"`` is NoPE: no explicit encoding; causal masking
             still lets a decoder infer order).
         norm_placement: ``"pre"`` (default, with a final norm) or ``"post"``.
-        attention_backend: how the model computes (not what): ``"reference"`` runs the
-            teaching code students write (explicit mask, K/V copied per query head,
-            hand-written norms and GELU); ``"sdpa"`` PyTorch's fused attention with its
-            native GQA; ``"triton"`` the course's FlashAttention kernels, forward and
-            backward; ``"auto"`` (default) the fastest correct one for the device
+        attention_backend: how :class:`toolkit.models.FastGPT` computes attention (not
+            what): ``"reference"`` the teaching code (explicit mask, K/V copied per
+            query head); ``"sdpa"`` PyTorch's fused attention with its native GQA;
+            ``"triton"`` the course's FlashAttention kernels, forward and backward;
+            ``"auto"`` (default) the fastest correct one for the device
             (:func:`toolkit.models.backends.resolve_backend`: ``"sdpa"``, as measured).
-            Every backend but ``"reference"`` also uses fused norms and activations
-            (:mod:`toolkit.models.fused`). Same parameters and, to float rounding,
+            :class:`toolkit.models.GPT`, the teaching model, always computes attention
+            the teaching way and ignores it. Same parameters and, to float rounding,
             same outputs and gradients whichever is chosen.
     """
 
@@ -163,11 +163,6 @@ class GPTConfig:
     @property
     def kv_heads(self) -> int:
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
-
-    @property
-    def fused(self) -> bool:
-        """Fused kernels (every ``attention_backend`` but ``"reference"``)."""
-        return self.attention_backend != "reference"
 
     @property
     def d_head(self) -> int:

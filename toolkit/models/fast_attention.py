@@ -12,15 +12,10 @@ Three things change, none of them the mathematics:
    autograd, gradient clipping and AdamW to visit, about 0.5 % of a CPU training step
    of the small capstone model, 0.8 % with RoPE's reordering (measured). The state
    dict still has the teaching names and layout (``q_proj.weight``, ``k_proj.weight``,
-   ...: hooks translate on saving and loading), so a checkpoint moves between the
-   backends unchanged. :class:`toolkit.models.GPT` initialises ``qkv_proj`` as any
-   linear layer, in one draw that takes the random numbers the reference layer's
-   three draws take (PyTorch's CPU generator fills a normal draw in blocks of 16, so
-   one draw equals three in a row when each holds a multiple of 16 numbers, as every
-   capstone shape does): from one seed, the classic recipe starts from the same weights
-   on every backend (tested); the modern recipe's fast layer gets the same numbers in
-   its stored row order (below), so it starts from different, identically distributed
-   q and k rows.
+   ...: hooks translate on saving and loading), so a checkpoint moves between
+   :class:`toolkit.models.GPT` and :class:`toolkit.models.FastGPT` unchanged, and
+   :class:`toolkit.models.FastGPT` builds this layer on the ``meta`` device and loads
+   the teaching layer's initialised weights into it.
 2. **RoPE as a complex product, from a table.** A feature pair ``(a, b)`` turned by the
    angle ``phi`` is ``(a + ib) e^(i phi)``: one complex multiplication per pair, where
    the real formula ``(a cos - b sin, b cos + a sin)`` takes a copy of the rotated
@@ -156,8 +151,8 @@ class FastCausalSelfAttention(CausalSelfAttention):
         raise AttributeError(
             f"{type(self).__name__} has no {name}: it stores q_proj, k_proj and v_proj as "
             "one layer, qkv_proj. state_dict() has them by name, split_qkv(t) splits any "
-            "tensor of its shapes (a gradient), and attention_backend='reference' builds "
-            "the teaching layer itself"
+            "tensor of its shapes (a gradient), and toolkit.models.GPT builds the teaching "
+            "layer itself"
         )
 
     # ---------------------------------------------------- the stored layout

@@ -15,7 +15,9 @@ teaching             fused
                      :class:`_RMSNormFunction` (LayerNorm's fused backward)
 ``gelu_tanh``        ``F.gelu(x, approximate="tanh")``
 ``gelu_exact``       ``F.gelu(x)``
-``SwiGLU``           the gate ``silu(g) * u`` as :class:`_SiLUGateFunction`
+``SwiGLU``           the gate ``silu(g) * u`` as :class:`_SiLUGateFunction`; without
+                     biases, with its two input products as
+                     :class:`_SwiGLUInputFunction` (one tensor for ``dL/dx``)
 ===================  =============================================================
 
 (Joining SwiGLU's gate and up projections into one product was measured slower on a
@@ -23,8 +25,8 @@ CPU: joined at every step, the gradient needs the two halves copied back togethe
 stored as one matrix, with the gate's gradient written straight into one tensor, the
 modern recipe still trained at 0.89x of nanoGPT's speed against 0.96x without.)
 
-Equal to the teaching versions to float rounding (tested). :class:`toolkit.models.GPT`
-builds them for every ``attention_backend`` except ``"reference"``.
+Equal to the teaching versions to float rounding (tested). :class:`toolkit.models.FastGPT`
+builds them in place of :class:`toolkit.models.GPT`'s teaching layers.
 """
 
 from __future__ import annotations
@@ -156,9 +158,46 @@ class _SiLUGateFunction(torch.autograd.Function):
         return d_g, d_u
 
 
+class _SwiGLUInputFunction(torch.autograd.Function):
+    """``h = silu(x W_gate^T) * (x W_up^T)``: SwiGLU's two input products and its gate,
+    with one gradient tensor for ``x``.
+
+    ``x`` feeds two layers, so autograd computes ``dL/dx`` as two products and adds them:
+    a third ``(..., d)`` tensor and one more pass. Here the second product accumulates into
+    the first (``addmm_``):
+
+        dL/dx = dL/dg W_gate + dL/du W_up        (one tensor, written twice)
+        dL/dW_gate = (dL/dg)^T x,  dL/dW_up = (dL/du)^T x
+
+    with ``dL/dg`` and ``dL/du`` from the gate as in :class:`_SiLUGateFunction`. No biases
+    (the modern recipe has none; :class:`FusedSwiGLU` takes the layers' path with them).
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, w_gate: Tensor, w_up: Tensor) -> Tensor:
+        g, u = x @ w_gate.t(), x @ w_up.t()  # (..., d_ff) each
+        ctx.save_for_backward(x, w_gate, w_up, g, u)
+        return F.silu(g).mul_(u)  # silu(g) * u
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_h: Tensor):
+        x, w_gate, w_up, g, u = ctx.saved_tensors
+        d_u = F.silu(g).mul_(d_h)  # dL/du = dh silu(g)
+        d_g = torch.mul(d_h, u)  # dh u, then times silu'(g) in place:
+        torch.ops.aten.silu_backward.grad_input(d_g, g, grad_input=d_g)
+        x2, d_g2, d_u2 = x.flatten(0, -2), d_g.flatten(0, -2), d_u.flatten(0, -2)  # N rows
+        d_x = torch.mm(d_g2, w_gate).addmm_(d_u2, w_up)  # dg W_gate + du W_up, one tensor
+        return d_x.view_as(x), d_g2.t() @ x2, d_u2.t() @ x2
+
+
 class FusedSwiGLU(SwiGLU):
-    """:class:`toolkit.ffn.SwiGLU` with its gate computed by :class:`_SiLUGateFunction`."""
+    """:class:`toolkit.ffn.SwiGLU` with its input products and gate computed by
+    :class:`_SwiGLUInputFunction` (with biases: the gate alone, :class:`_SiLUGateFunction`)."""
 
     def forward(self, x: Tensor) -> Tensor:
-        gated = _SiLUGateFunction.apply(self.gate_proj(x), self.up_proj(x))  # silu(g) * u
+        if self.gate_proj.bias is None and self.up_proj.bias is None:
+            gated = _SwiGLUInputFunction.apply(x, self.gate_proj.weight, self.up_proj.weight)
+        else:
+            gated = _SiLUGateFunction.apply(self.gate_proj(x), self.up_proj(x))  # silu(g) * u
         return self.dropout(self.down_proj(gated))

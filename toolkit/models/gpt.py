@@ -1,5 +1,11 @@
 """The capstone GPT: embedding, pre-norm blocks, final norm, tied output head.
 
+The model students read and write in the capstone, one path from top to bottom: every
+layer is the teaching one (:mod:`toolkit.norm`, :mod:`toolkit.ffn`,
+:class:`toolkit.models.CausalSelfAttention`), whatever ``config.attention_backend``
+says. :class:`toolkit.models.FastGPT` (:mod:`toolkit.models.fast_gpt`) is the same model
+on fused kernels, with the same state dict: train with it, read this one.
+
 Weight tying (arXiv 1608.05859, 1611.01462). The embedding ``E`` is ``(V, d)``:
 row ``v`` is token ``v``'s vector. The unembedding ``W_U`` maps ``d -> V``, so it
 is ``(d, V)``, and tying sets ``W_U = E^T``: ``logits = h @ E^T``, i.e. the logit
@@ -20,26 +26,15 @@ from torch import Tensor, nn
 from toolkit.ffn import FeedForward, SwiGLU
 from toolkit.models.attention import CausalSelfAttention
 from toolkit.models.config import GPTConfig
-from toolkit.models.fast_attention import FastCausalSelfAttention
-from toolkit.models.fused import FusedFeedForward, FusedLayerNorm, FusedRMSNorm, FusedSwiGLU
 from toolkit.models.kv_cache import StaticKVCache
 from toolkit.norm import LayerNorm, RMSNorm
 
 
 def _make_norm(config: GPTConfig) -> nn.Module:
-    """The teaching norm for ``attention_backend="reference"``, its fused twin otherwise."""
+    """LayerNorm (gamma, beta) for the classic recipe, RMSNorm (gamma) for the modern one."""
     if config.norm_type == "layernorm":
-        layer_norm = FusedLayerNorm if config.fused else LayerNorm
-        return layer_norm(config.d_model, eps=config.norm_eps, bias=config.use_bias)
-    return (FusedRMSNorm if config.fused else RMSNorm)(config.d_model, eps=config.norm_eps)
-
-
-def _make_mlp(config: GPTConfig) -> nn.Module:
-    d, hidden, bias = config.d_model, config.ffn_hidden, config.use_bias
-    if config.mlp_type == "swiglu":
-        return (FusedSwiGLU if config.fused else SwiGLU)(d, hidden, bias=bias)
-    feed_forward = FusedFeedForward if config.fused else FeedForward
-    return feed_forward(d, hidden, activation=config.mlp_type, bias=bias)
+        return LayerNorm(config.d_model, eps=config.norm_eps, bias=config.use_bias)
+    return RMSNorm(config.d_model, eps=config.norm_eps)
 
 
 class Block(nn.Module):
@@ -47,19 +42,24 @@ class Block(nn.Module):
 
     Pre-norm: ``x = x + Attn(ln_1(x)); x = x + MLP(ln_2(x))``.
     Post-norm: ``x = ln_1(x + Attn(x)); x = ln_2(x + MLP(x))``.
-    Module names follow GPT-2 (``ln_1``, ``attn``, ``ln_2``, ``mlp``). With
-    ``config.attention_backend="reference"`` every layer is the teaching one; otherwise
-    the same layers with fused kernels (same state dict, same function).
+    Module names follow GPT-2 (``ln_1``, ``attn``, ``ln_2``, ``mlp``). The MLP is
+    ``W_down (silu(x W_gate) * x W_up)`` for SwiGLU, ``W_2 act(x W_1 + b_1) + b_2`` otherwise.
+
+    Shapes: ``x`` ``(B, T, d)`` -> ``(B, T, d)``.
     """
 
     def __init__(self, config: GPTConfig, layer_idx: int):
         super().__init__()
         self.pre_norm = config.norm_placement == "pre"
         self.ln_1 = _make_norm(config)
-        attention = FastCausalSelfAttention if config.fused else CausalSelfAttention
-        self.attn = attention(config, layer_idx)
+        self.attn = CausalSelfAttention(config, layer_idx)
         self.ln_2 = _make_norm(config)
-        self.mlp = _make_mlp(config)
+        if config.mlp_type == "swiglu":
+            self.mlp: nn.Module = SwiGLU(config.d_model, config.ffn_hidden, bias=config.use_bias)
+        else:
+            self.mlp = FeedForward(
+                config.d_model, config.ffn_hidden, activation=config.mlp_type, bias=config.use_bias
+            )
         self.drop = nn.Dropout(config.dropout)
 
     def forward(

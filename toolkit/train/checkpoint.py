@@ -14,7 +14,7 @@ from pathlib import Path
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from toolkit.models import GPT, GPTConfig
+from toolkit.models import GPT, FastGPT, GPTConfig
 
 
 def save_checkpoint(model: GPT, config: GPTConfig, path: str | Path) -> None:
@@ -39,8 +39,13 @@ def save_checkpoint(model: GPT, config: GPTConfig, path: str | Path) -> None:
     save_file(state, str(path), metadata=metadata)
 
 
-def load_checkpoint(path: str | Path, device: str = "cpu") -> GPT:
-    """Rebuild a :class:`GPT` from :func:`save_checkpoint`'s file (in eval mode).
+def load_checkpoint(
+    path: str | Path, device: str = "cpu", model_class: type[GPT] = FastGPT
+) -> GPT:
+    """Rebuild the model of :func:`save_checkpoint`'s file (in eval mode) as
+    ``model_class``: by default :class:`toolkit.models.FastGPT`, the capstone :class:`GPT`
+    on fused kernels; ``GPT`` for the teaching model. The two have one state dict, so a
+    checkpoint of either loads into both.
 
     Building the model from the stored config re-ties ``lm_head.weight`` to
     ``wte.weight``; loading ``wte.weight`` then fills both.
@@ -54,7 +59,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> GPT:
             raise ValueError(f"path: {path} has no 'gpt_config' metadata; not a toolkit checkpoint")
         state = {name: f.get_tensor(name) for name in f.keys()}
     config = GPTConfig.from_dict(json.loads(metadata["gpt_config"]))
-    model = GPT(config).to(device)
+    model = model_class(config).to(device)
     missing, unexpected = model.load_state_dict(state, strict=False)
     allowed_missing = {"lm_head.weight"} if config.tie_weights else set()
     if unexpected or set(missing) - allowed_missing:

@@ -9,7 +9,7 @@ import argparse
 
 import torch
 
-from toolkit.models import GPT, GPTConfig
+from toolkit.models import FastGPT, GPTConfig
 from toolkit.train.checkpoint import save_checkpoint
 from toolkit.train.loop import TrainConfig, TrainHistory, train
 
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> TrainHistory:
         vocab_size=ByteTokenizer.vocab_size, d_model=args.d_model, n_layers=args.n_layers,
         n_heads=args.n_heads, max_seq_len=max(args.block_size, args.sample + 1), **kwargs,
     )
-    model = GPT(config)
+    model = FastGPT(config)  # GPT on fused kernels: same weights, faster steps
     cfg = TrainConfig(
         max_steps=args.steps, batch_size=args.batch_size, block_size=args.block_size,
         max_lr=args.lr, eval_every=args.eval_every, seed=args.seed,
