@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -139,6 +140,7 @@ class CheckSession:
         self.files = check_files(self.checks_dir)
         self.plugin = _CheckPlugin()
         self._configured = False
+        _forget_other_checks(self.checks_dir)
         out = io.StringIO()
         with _pytest_running(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
             self.config = _prepareconfig(
@@ -197,6 +199,21 @@ class CheckSession:
                 with contextlib.suppress(Exception):
                     self.config.hook.pytest_sessionfinish(session=self.session, exitstatus=0)
                 self.config._ensure_unconfigure()
+
+
+def _forget_other_checks(checks_dir: Path) -> None:
+    """Drop from ``sys.modules`` a module named like one of these check files but loaded
+    from another folder. pytest's importlib mode names a check module after its file
+    (``test_attention``) and reuses a module of that name if one is imported already: in a
+    process that grades two assignments with a ``test_attention.py`` each (Check my work,
+    a test run), the second assignment would be checked by the first one's checks.
+    (Sessions already collected keep their own modules.)"""
+    for path in checks_dir.rglob("test_*.py"):
+        name = ".".join(path.relative_to(checks_dir).with_suffix("").parts)
+        module = sys.modules.get(name)
+        loaded_from = getattr(module, "__file__", None)
+        if module is not None and (not loaded_from or Path(loaded_from).resolve() != path):
+            del sys.modules[name]
 
 
 @contextlib.contextmanager
