@@ -9,6 +9,7 @@ capped storage, and never writes the gradebook: the single writer in
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from pathlib import Path
@@ -43,6 +44,21 @@ def _diagnose(job: Job, result: NotebookResult, transcripts: dict) -> None:
     diagnoses = diagnose(spec, job.notebook_id, result.checks, transcripts, oracle)
     annotate(result.checks, diagnoses)
     result.diagnoses = [d.as_dict() for d in diagnoses]
+
+
+def _warm_oracle(job: Job) -> None:
+    """Start this process's mistake oracle (a helper that imports torch) while the kernel
+    starts, where the assignment has named mistakes: the first diagnosis then finds it
+    ready. Once per process; later calls cost nothing."""
+    if job.assignment_dir is None:
+        return
+    from ..workspace.course import AssignmentSpec
+    from .oracle import shared_oracle
+
+    folder = Path(job.assignment_dir)
+    with contextlib.suppress(Exception):  # a head start only: it never costs a grade
+        if AssignmentSpec.load(folder.name, folder.parent).mutants:
+            shared_oracle(uses_gpu=gpu.in_use(job.limits)).start()
 
 
 def describe_isolation(limits: Limits) -> str:
@@ -90,6 +106,7 @@ def _grade_notebook(job: Job, slot: int) -> NotebookResult:
 
     session = None
     try:
+        _warm_oracle(job)
         session = KernelSession(job.limits, slot=slot, hidden=job.hidden,
                                 submission_dir=job.submission_dir,
                                 notebook_name=f"{job.notebook_id}.ipynb")
