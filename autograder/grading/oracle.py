@@ -43,8 +43,8 @@ from pathlib import Path
 
 #: Seconds one message may take, notebook execution included (the process is then replaced).
 REPLY_TIMEOUT = 180
-#: Answers a :class:`MistakeOracle` keeps (each a request's reply: a few tensors).
-REPLY_CACHE_SIZE = 4096
+#: Bytes of answers' tensors a :class:`MistakeOracle` keeps (the least recently used go).
+REPLY_CACHE_BYTES = 128 * 2**20
 _HEADER = struct.Struct("!Q")
 
 
@@ -234,8 +234,9 @@ class MistakeOracle:
         self.uses_gpu = uses_gpu
         self._process: subprocess.Popen | None = None
         self._sent: set[str] = set()  # variants the running helper has executed
-        #: request_key -> (reply, tensors), the most recently used last (see replay).
+        #: request_key -> ((reply, tensors), bytes), the most recently used last (replay).
         self._replies: collections.OrderedDict[str, tuple] = collections.OrderedDict()
+        self._kept_bytes = 0
         self._lock = threading.Lock()
 
     def environment(self) -> dict[str, str]:
@@ -278,24 +279,34 @@ class MistakeOracle:
 
         A variant answers a request the same way every time (instructor code, and the
         helper forks the random state around each request), and the checks send every
-        student the same inputs, so answers are kept (:data:`REPLY_CACHE_SIZE` of them,
+        student the same inputs, so answers are kept (:data:`REPLY_CACHE_BYTES` of them,
         by variant, request and the inputs' bytes): only requests not seen before travel
         to the helper, and a class's later diagnoses cost next to nothing."""
         keys = [request_key(variant, request, tensors) for request, tensors in requests]
         with self._lock:
             todo = [i for i, key in enumerate(keys) if key not in self._replies]
+            answered = {}
             if todo:
                 answer = self._ask(variant, source, folder, [requests[i] for i in todo])
                 if "error" in answer:
                     raise OracleError(answer["error"])
-                for i, reply in zip(todo, answer["replies"]):
-                    self._replies[keys[i]] = reply
-            replies = [self._replies[key] for key in keys]
-            for key in keys:
-                self._replies.move_to_end(key)
-            while len(self._replies) > REPLY_CACHE_SIZE:
-                self._replies.popitem(last=False)
+                answered = dict(zip((keys[i] for i in todo), answer["replies"]))
+            replies = [answered[key] if key in answered else self._replies[key][0]
+                       for key in keys]
+            for key, reply in zip(keys, replies):
+                self._keep(key, reply)
         return replies
+
+    def _keep(self, key: str, reply: tuple) -> None:
+        if key in self._replies:
+            self._replies.move_to_end(key)
+            return
+        size = 1024 + sum(t.nbytes for t in reply[1].values() if hasattr(t, "nbytes"))
+        self._replies[key] = (reply, size)
+        self._kept_bytes += size
+        while self._kept_bytes > REPLY_CACHE_BYTES and self._replies:
+            _, (_, dropped) = self._replies.popitem(last=False)
+            self._kept_bytes -= dropped
 
     def _ask(self, variant: str, source: str, folder: Path | str, requests: list) -> dict:
         """One message to the helper and its answer (the lock held)."""
