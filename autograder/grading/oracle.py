@@ -26,7 +26,12 @@ this process imports nothing but what the notebook itself imports.
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
+import functools
+import hashlib
+import io
+import json
 import os
 import pickle
 import shutil
@@ -40,14 +45,58 @@ from ..sandbox.inside import channel
 
 #: Seconds one message may take, notebook execution included (the process is then replaced).
 REPLY_TIMEOUT = 180
+#: Bytes of answers' tensors a :class:`MistakeOracle` keeps (the least recently used go).
+REPLY_CACHE_BYTES = 128 * 2**20
 #: The cap on one message either way: a check's requests with their input tensors, or
 #: the replies with theirs.
 MAX_MESSAGE = 2**30
 
 
+class _Pickler(pickle.Pickler):
+    """Pickles a plain CPU tensor as its bytes, dtype and shape: torch's own reduction goes
+    through ``torch.save`` for every tensor, which cost a diagnosis more than the replay
+    itself (a check's inputs hold dozens of tensors, a module's weights among them). The
+    copy is contiguous, as the kernel's tensors are (they come from safetensors)."""
+
+    def reducer_override(self, obj):
+        import torch
+
+        if (type(obj) is not torch.Tensor or obj.device.type != "cpu" or obj.requires_grad
+                or obj.is_sparse or obj.is_quantized or obj.is_nested):
+            return NotImplemented
+        data = obj.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        return _tensor_from_bytes, (data, str(obj.dtype).removeprefix("torch."),
+                                    tuple(obj.shape))
+
+
+def _tensor_from_bytes(data: bytes, dtype: str, shape: tuple):
+    import torch
+
+    if not data:
+        return torch.empty(shape, dtype=getattr(torch, dtype))
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(
+        getattr(torch, dtype)).reshape(shape)
+
+
+def request_key(variant: str, request: dict, tensors: dict) -> str:
+    """A digest of a variant, a request and its input tensors' bytes (what an answer
+    depends on)."""
+    import torch
+
+    digest = hashlib.sha256(variant.encode())
+    digest.update(json.dumps(request, sort_keys=True, default=repr).encode())
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().cpu().contiguous()
+        digest.update(f"\0{name}:{tensor.dtype}:{tuple(tensor.shape)}\0".encode())
+        if tensor.numel():
+            digest.update(tensor.reshape(-1).view(torch.uint8).numpy().data)
+    return digest.hexdigest()
+
+
 def _write(stream, message) -> None:
-    channel.send_bytes(stream, pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL),
-                       MAX_MESSAGE)
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(message)
+    channel.send_bytes(stream, buffer.getvalue(), MAX_MESSAGE)
 
 
 def _read(stream, timeout: float | None = None):
@@ -57,6 +106,12 @@ def _read(stream, timeout: float | None = None):
 # -- the helper process -----------------------------------------------------------------
 def graded_cells(source: str) -> list[str]:
     """The code a grading kernel runs for this notebook source, cell by cell."""
+    return list(_graded_cells(source))
+
+
+@functools.lru_cache(maxsize=64)
+def _graded_cells(source: str) -> tuple[str, ...]:
+    # The same for every student: reading a notebook's text costs a fifth of a second.
     from ..sandbox.kernel import SKIP_TAG  # imported here: the helper process never needs it
     from ..workspace.course import notebook_from_text
 
@@ -68,7 +123,7 @@ def graded_cells(source: str) -> list[str]:
         if meta.get("grade") and not meta.get("solution"):
             continue  # a visible test cell: the hidden checks replace it
         cells.append(cell.source)
-    return cells
+    return tuple(cells)
 
 
 _SCRATCH_PREFIX = "autograder-oracle-"
@@ -169,6 +224,9 @@ class MistakeOracle:
         self.uses_gpu = uses_gpu
         self._process: subprocess.Popen | None = None
         self._sent: set[str] = set()  # variants the running helper has executed
+        #: request_key -> ((reply, tensors), bytes), the most recently used last (replay).
+        self._replies: collections.OrderedDict[str, tuple] = collections.OrderedDict()
+        self._kept_bytes = 0
         self._lock = threading.Lock()
 
     def environment(self) -> dict[str, str]:
@@ -207,25 +265,56 @@ class MistakeOracle:
 
     def replay(self, variant: str, source: str, folder: Path | str, requests: list) -> list:
         """``[(reply, tensors), ...]``: the answers of the notebook ``source`` (instructor
-        code, one variant of it) to each ``(request, tensors)`` a check sent."""
+        code, one variant of it) to each ``(request, tensors)`` a check sent.
+
+        A variant answers a request the same way every time (instructor code, and the
+        helper forks the random state around each request), and the checks send every
+        student the same inputs, so answers are kept (:data:`REPLY_CACHE_BYTES` of them,
+        by variant, request and the inputs' bytes): only requests not seen before travel
+        to the helper, and a class's later diagnoses cost next to nothing."""
+        keys = [request_key(variant, request, tensors) for request, tensors in requests]
         with self._lock:
-            self._ensure_started()
-            message = {"variant": variant, "folder": str(folder), "requests": requests}
-            if variant not in self._sent:  # the helper keeps what it has executed
-                message["cells"] = graded_cells(source)
+            todo = [i for i, key in enumerate(keys) if key not in self._replies]
+            answered = {}
+            if todo:
+                answer = self._ask(variant, source, folder, [requests[i] for i in todo])
+                if "error" in answer:
+                    raise OracleError(answer["error"])
+                answered = dict(zip((keys[i] for i in todo), answer["replies"]))
+            replies = [answered[key] if key in answered else self._replies[key][0]
+                       for key in keys]
+            for key, reply in zip(keys, replies):
+                self._keep(key, reply)
+        return replies
+
+    def _keep(self, key: str, reply: tuple) -> None:
+        if key in self._replies:
+            self._replies.move_to_end(key)
+            return
+        size = 1024 + sum(t.nbytes for t in reply[1].values() if hasattr(t, "nbytes"))
+        self._replies[key] = (reply, size)
+        self._kept_bytes += size
+        while self._kept_bytes > REPLY_CACHE_BYTES and self._replies:
+            _, (_, dropped) = self._replies.popitem(last=False)
+            self._kept_bytes -= dropped
+
+    def _ask(self, variant: str, source: str, folder: Path | str, requests: list) -> dict:
+        """One message to the helper and its answer (the lock held)."""
+        self._ensure_started()
+        message = {"variant": variant, "folder": str(folder), "requests": requests}
+        if variant not in self._sent:  # the helper keeps what it has executed
+            message["cells"] = graded_cells(source)
+        try:
+            _write(self._process.stdin, message)
             try:
-                _write(self._process.stdin, message)
-                try:
-                    answer = _read(self._process.stdout, timeout=REPLY_TIMEOUT)
-                except channel.ChannelTimeout:
-                    raise OracleError(f"no answer within {REPLY_TIMEOUT}s") from None
-                self._sent.add(variant)
-            except (OSError, EOFError, OracleError) as exc:
-                self.close()
-                raise OracleError(f"the mistake oracle stopped: {exc}") from None
-        if "error" in answer:
-            raise OracleError(answer["error"])
-        return answer["replies"]
+                answer = _read(self._process.stdout, timeout=REPLY_TIMEOUT)
+            except channel.ChannelTimeout:
+                raise OracleError(f"no answer within {REPLY_TIMEOUT}s") from None
+            self._sent.add(variant)
+        except (OSError, EOFError, OracleError) as exc:
+            self.close()
+            raise OracleError(f"the mistake oracle stopped: {exc}") from None
+        return answer
 
     def close(self) -> None:
         process, self._process = self._process, None
@@ -252,4 +341,8 @@ def shared_oracle(uses_gpu: bool = False) -> MistakeOracle:
 
 
 if __name__ == "__main__":
-    serve()
+    # Through the module's own name, so that what the helper pickles (a tensor's
+    # _tensor_from_bytes) names the function the grader can import.
+    from autograder.grading import oracle
+
+    oracle.serve()

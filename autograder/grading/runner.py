@@ -10,114 +10,20 @@ capped storage, and never writes the gradebook: the single writer in
 from __future__ import annotations
 
 import contextlib
-import io
 import socket
 import time
 from pathlib import Path
 
 import nbformat
-import pytest
 
-from ..jobs import CheckRecord, Job, NotebookResult
+from ..jobs import Job, NotebookResult
 from ..protocol import kernel_side
 from ..protocol.trusted import Submission
+from ..sandbox import gpu
 from ..sandbox.kernel import SandboxedKernel, describe_isolation
+from .check_session import run_checks
 
-
-class _CheckPlugin:
-    """pytest plugin: provides the ``submission`` fixture and records every check."""
-
-    def __init__(self, submission: Submission):
-        self._submission = submission
-        self.records: list[CheckRecord] = []
-        #: ``module::test id`` -> the requests that check sent (for the diagnosis).
-        self.transcripts: dict[str, list] = {}
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_call(self, item):
-        self._submission.transcript = []
-        try:
-            yield
-        finally:
-            key = f"{Path(str(item.fspath)).stem}::{item.nodeid.split('::', 1)[-1]}"
-            self.transcripts[key] = self._submission.transcript
-            self._submission.transcript = None
-
-    def pytest_configure(self, config):
-        for marker in ("grade_cell(id)", "weight(w)", "pitfall(text)", "structural", "property"):
-            config.addinivalue_line("markers", marker)
-
-    @pytest.fixture
-    def submission(self):
-        return self._submission
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item, call):
-        outcome = yield
-        report = outcome.get_result()
-        if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-            cell = item.get_closest_marker("grade_cell")
-            weight = item.get_closest_marker("weight")
-            pitfall = item.get_closest_marker("pitfall")
-            doc = (item.function.__doc__ or item.name).strip().splitlines()[0]
-            message = ""
-            if call.excinfo is not None:
-                exc = call.excinfo.value
-                message = (
-                    str(exc)
-                    if isinstance(exc, AssertionError) and str(exc)
-                    else (f"{type(exc).__name__}: {exc}")
-                )
-            self.records.append(CheckRecord(
-                id=item.nodeid.split("::", 1)[-1],
-                module=Path(str(item.fspath)).stem,
-                description=doc + (f" [{item.callspec.id}]" if hasattr(item, "callspec") else ""),
-                grade_cell=cell.args[0] if cell else None,
-                weight=float(weight.args[0]) if weight else 1.0,
-                pitfall=pitfall.args[0] if pitfall else None,
-                structural=item.get_closest_marker("structural") is not None,
-                property=item.get_closest_marker("property") is not None,
-                passed=report.outcome == "passed",
-                message=message.split("\nassert ")[0][:1500],
-                measured=next((str(value)[:300] for key, value in report.user_properties
-                               if key == "measured"), ""),
-            ))
-
-
-def run_checks(checks_dir: Path, submission: Submission) -> tuple[list[CheckRecord], dict]:
-    """Run the hidden pytest checks in this process against ``submission``.
-
-    Returns the check records and, per check, the requests it made (its transcript)."""
-    plugin = _CheckPlugin(submission)
-    args = [
-        str(checks_dir),
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:terminal",
-        # Its clean-up runs gc.collect() over and over: half a second per submission.
-        "-p",
-        "no:unraisableexception",
-        "--import-mode=importlib",
-        "--rootdir",
-        str(checks_dir),
-        "-W",
-        "ignore",
-        "-o",
-        "python_files=test_*.py",
-        "-o",
-        "addopts=",
-        "-o",
-        "testpaths=",
-    ]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        code = pytest.main(args, plugins=[plugin])
-    if code not in (0, 1) or not plugin.records:
-        raise RuntimeError(
-            f"the hidden checks could not run (pytest exit {code}): {out.getvalue()[-2000:]}"
-        )
-    return plugin.records, plugin.transcripts
+__all__ = ["WorkerSetupError", "describe_isolation", "grade_notebook", "run_checks"]
 
 
 def _diagnose(job: Job, result: NotebookResult, transcripts: dict, uses_gpu: bool) -> None:
@@ -153,6 +59,21 @@ def _check_paths(job: Job) -> None:
             "workspace at the same paths as the grader (a shared file system)")
 
 
+def _warm_oracle(job: Job) -> None:
+    """Start this process's mistake oracle (a helper that imports torch) while the kernel
+    starts, where the assignment has named mistakes: the first diagnosis then finds it
+    ready. Once per process; later calls cost nothing."""
+    if job.assignment_dir is None:
+        return
+    from ..workspace.course import AssignmentSpec
+    from .oracle import shared_oracle
+
+    folder = Path(job.assignment_dir)
+    with contextlib.suppress(Exception):  # a head start only: it never costs a grade
+        if AssignmentSpec.load(folder.name, folder.parent).mutants:
+            shared_oracle(uses_gpu=gpu.in_use(job.limits)).start()
+
+
 def grade_notebook(job: Job) -> NotebookResult:
     """Execute and check one notebook of one submission.
 
@@ -175,6 +96,7 @@ def grade_notebook(job: Job) -> NotebookResult:
 
     kernel = None
     try:
+        _warm_oracle(job)
         kernel = SandboxedKernel(job.limits, hidden=job.hidden,
                                  submission_dir=job.submission_dir,
                                  notebook_name=f"{job.notebook_id}.ipynb")
