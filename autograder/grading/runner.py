@@ -19,7 +19,6 @@ import nbformat
 from ..jobs import Job, NotebookResult
 from ..protocol import kernel_side
 from ..protocol.trusted import Submission
-from ..sandbox import gpu
 from ..sandbox.kernel import SandboxedKernel, describe_isolation
 from .check_session import run_checks
 
@@ -59,7 +58,7 @@ def _check_paths(job: Job) -> None:
             "workspace at the same paths as the grader (a shared file system)")
 
 
-def _warm_oracle(job: Job) -> None:
+def _warm_oracle(job: Job, uses_gpu: bool) -> None:
     """Start this process's mistake oracle (a helper that imports torch) while the kernel
     starts, where the assignment has named mistakes: the first diagnosis then finds it
     ready. Once per process; later calls cost nothing."""
@@ -71,7 +70,7 @@ def _warm_oracle(job: Job) -> None:
     folder = Path(job.assignment_dir)
     with contextlib.suppress(Exception):  # a head start only: it never costs a grade
         if AssignmentSpec.load(folder.name, folder.parent).mutants:
-            shared_oracle(uses_gpu=gpu.in_use(job.limits)).start()
+            shared_oracle(uses_gpu=uses_gpu).start()
 
 
 def grade_notebook(job: Job) -> NotebookResult:
@@ -96,10 +95,10 @@ def grade_notebook(job: Job) -> NotebookResult:
 
     kernel = None
     try:
-        _warm_oracle(job)
         kernel = SandboxedKernel(job.limits, hidden=job.hidden,
                                  submission_dir=job.submission_dir,
                                  notebook_name=f"{job.notebook_id}.ipynb")
+        _warm_oracle(job, kernel.uses_gpu)
         kernel.start(nb)
         lap("kernel_start")
         # The first kernel of a grading worker also waits for the worker's fork server to

@@ -26,7 +26,6 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save_file
 
 from ..limits import Limits
-from ..sandbox.slots import hand_over
 
 MAX_REPLY_JSON = 1 * 2**20
 MAX_REPLY_TENSORS = 64 * 2**20
@@ -67,7 +66,7 @@ class Submission:
         self._nb = nb
         self._dir = Path(exchange_dir)
         self._dir.mkdir(parents=True, exist_ok=True)
-        hand_over(self._dir, session.slot)
+        session.hand_over(self._dir)
         self._counter = itertools.count()
         self.default_forbid = tuple(forbid)
         self.call_timeout = call_timeout
@@ -166,7 +165,7 @@ class Submission:
         paths["request.json"].write_text(json.dumps(request))
         for p in paths.values():
             if p.exists():
-                hand_over(p, self._session.slot)
+                self._session.hand_over(p)
         exchange = None
         if self.transcript is not None:
             plain = {k: v for k, v in request.items() if k not in _FILE_FIELDS}

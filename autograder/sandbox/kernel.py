@@ -252,6 +252,11 @@ class SandboxedKernel:
     def alive(self) -> bool:
         return self.km is not None and run_sync(self.km.is_alive)()
 
+    def hand_over(self, path: Path) -> None:
+        """Give ``path`` (a check's exchange file or folder) to this kernel's uid, which
+        reads the request and writes the reply."""
+        hand_over(Path(path), self.slot)
+
     def _restart(self, nb: nbformat.NotebookNode, reason: str) -> bool:
         """Fresh kernel on empty areas, then replay the cells that had worked.
 

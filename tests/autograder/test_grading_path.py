@@ -31,10 +31,9 @@ from autograder.sandbox import forkserver
 
 pytestmark = pytest.mark.slow
 
-#: Where the job may enter the sandbox: the kernel object; the slot's hand-over of the
-#: checks' exchange files (protocol/trusted.py); the framing the oracle borrows.
-DOORS = {"autograder.sandbox.kernel", "autograder.sandbox.slots",
-         "autograder.sandbox.inside.channel"}
+#: Where the job may enter the sandbox: the kernel object (which also hands the checks'
+#: exchange files to its uid); the framing the oracle borrows.
+DOORS = {"autograder.sandbox.kernel", "autograder.sandbox.inside.channel"}
 
 
 @pytest.fixture(scope="module")
