@@ -61,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tables import print_table  # noqa: E402
 
 from toolkit.kernels import flash_backward_tuned, flash_tuned, interpreter_active  # noqa: E402
-from toolkit.models import GPT, GPTConfig  # noqa: E402
+from toolkit.models import FastGPT, GPTConfig  # noqa: E402
 from toolkit.models.backends import causal_attention  # noqa: E402
 from toolkit.train import configure_optimizer  # noqa: E402
 
@@ -219,7 +219,7 @@ def _step_function(backend: str, batch: int = 2, T: int = 32, seed: int = 0):
     """A function that runs one step (forward, loss, backward, clip, AdamW) of the tiny
     modern GPT, always on the same batch."""
     torch.manual_seed(seed)
-    model = GPT(tiny_config(backend))
+    model = FastGPT(tiny_config(backend))  # the backends live in the fast model
     opt = configure_optimizer(model, 1e-3, 0.1)
     x = torch.randint(0, 64, (batch, T))
     y = torch.randint(0, 64, (batch, T))

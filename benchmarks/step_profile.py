@@ -31,7 +31,7 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from toolkit.models import GPT, GPTConfig
+from toolkit.models import FastGPT, GPTConfig
 from toolkit.train import configure_optimizer
 
 #: name -> (d_model, n_layers, n_heads, T, batch): the shapes of the GPU measurements.
@@ -53,7 +53,7 @@ def step_function(backend: str, shape: str, device: torch.device, vocab_size: in
     torch.manual_seed(0)
     config = GPTConfig.modern(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers,
                               n_heads=n_heads, max_seq_len=T, attention_backend=backend)
-    model = GPT(config).to(device)
+    model = FastGPT(config).to(device)  # the backends live in the fast model
     opt = configure_optimizer(model, 1e-3, 0.1)
     x = torch.randint(0, vocab_size, (batch, T), device=device)
     y = torch.randint(0, vocab_size, (batch, T), device=device)
