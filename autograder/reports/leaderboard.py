@@ -350,9 +350,7 @@ result = {_n: _t.detach().float().contiguous() for _n, _t in _model.state_dict()
 def retrain_in_sandbox(course: Course, spec: AssignmentSpec, student: str, config_json: str,
                        run: dict, seconds: float) -> dict:
     """The weights the student's notebook trains from ``run`` (in a sandboxed kernel)."""
-    from ..grading.grade import _job
-    from ..grading.sanitize import grade_cell_ids
-    from ..jobs import NotebookResult
+    from ..grading.sanitize import NotGradable, grade_cell_ids, sanitized_job
     from ..protocol import kernel_side
     from ..protocol.trusted import Submission
     from ..sandbox.kernel import SandboxedKernel
@@ -360,9 +358,11 @@ def retrain_in_sandbox(course: Course, spec: AssignmentSpec, student: str, confi
     notebook_id = spec.notebooks[0]
     with course.gradebook() as gb:
         points, _ = grade_cell_ids(gb, notebook_id, spec.name)
-        job = _job(course, spec, student, notebook_id, gb, points)
-    if isinstance(job, NotebookResult):
-        raise Unranked(f"its notebook cannot run: {'; '.join(job.events)}"[:300])
+        try:
+            job = sanitized_job(course, spec, student, notebook_id,
+                                course.path("submitted", student, spec.name), gb, points)
+        except NotGradable as exc:
+            raise Unranked(f"its notebook cannot run: {exc}"[:300]) from None
     limits = dataclasses.replace(
         spec.limits, submission_timeout=spec.limits.submission_timeout + seconds,
         cpu_seconds=int(spec.limits.cpu_seconds + seconds * 2))
