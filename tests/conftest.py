@@ -1,8 +1,10 @@
 """How `make test` shares the suite between its pytest-xdist workers, and which
 checkpoint cache it uses.
 
-`make test` runs ``pytest -n 2 --dist loadscope --no-loadscope-reorder``, with xdist's
-public means only:
+`make test` runs ``pytest -n 3 --dist loadscope --no-loadscope-reorder``, with xdist's
+public means only (three workers on two cores: with two, the suite used 18 CPU-minutes in
+16.6 minutes, the rest waiting on kernels, browsers and servers; a third worker fills
+those waits):
 
 * ``--dist loadscope`` hands out each test file whole (the suite has no test classes but
   one kind), so a module fixture (a class graded once, a JupyterLab server) is built once,
@@ -44,25 +46,26 @@ def pytest_unconfigure(config):
         shutil.rmtree(config._checkpoint_cache, ignore_errors=True)
 
 
-#: The longest units, longest first (seconds each, setup to teardown, in a `make test` on
-#: an idle 2-core machine that trained every checkpoint): they start at once, and the
-#: short files fill the gaps around them.
+#: The longest units, longest first (seconds each, in a `make test` from a fresh clone on
+#: an idle 2-core machine whose checkpoint cache held every checkpoint): they start at
+#: once, and the short files fill the gaps around them.
 _VALIDATE = "tests/assignments/test_validate_assignments.py::TestValidate_"
 LONGEST_FIRST = (
-    f"{_VALIDATE}05_blocks",                     # 326
-    f"{_VALIDATE}07_capstone",                   # 229
-    f"{_VALIDATE}08_encoder_decoder",            # not timed idle: 8 trainings of 21 s CPU
-    "tests/autograder/test_recovery_and_dask.py",  # 164
-    "tests/browser/test_run_all_released.py",    # 107
-    f"{_VALIDATE}04_flash_attention",            # 90
-    "tests/autograder/test_postgres.py",         # 64
-    f"{_VALIDATE}02_positional",                 # 61
-    f"{_VALIDATE}06_beyond_attention",           # 60
-    "tests/browser/test_course_panel.py",        # 59
-    "tests/labext/test_handlers.py",             # 55
-    "tests/course/test_assignments_student_toolkit.py",  # 70 alone
-    f"{_VALIDATE}03_efficient_attention",        # 43
-    f"{_VALIDATE}01_attention",                  # 36
+    f"{_VALIDATE}06_beyond_attention",           # 102
+    f"{_VALIDATE}02_positional",                 # 92
+    f"{_VALIDATE}05_blocks",                     # 92 (259 when it trains)
+    "tests/autograder/test_recovery_and_dask.py",  # 140 in all, its longest test 74
+    "tests/browser/test_run_all_released.py",    # 86
+    f"{_VALIDATE}04_flash_attention",            # 52
+    f"{_VALIDATE}07_capstone",                   # 47 (161 when it trains)
+    f"{_VALIDATE}08_encoder_decoder",            # 42 (119 when it trains)
+    "tests/autograder/test_postgres.py",         # 39
+    f"{_VALIDATE}03_efficient_attention",        # 37
+    "tests/course/test_lectures.py",             # its longest lecture 32
+    "tests/browser/test_course_panel.py",
+    "tests/labext/test_handlers.py",
+    "tests/course/test_assignments_student_toolkit.py",
+    f"{_VALIDATE}01_attention",                  # 23
 )
 
 
