@@ -66,7 +66,7 @@ demo: $(STAMP)
 
 test: $(STAMP) $(LABEXT)
 	$(PY) -m ruff check toolkit autograder tests benchmarks
-	$(PY) -m pytest -n 3 --dist loadscope --no-loadscope-reorder -q --durations=20
+	$(PY) -m pytest -n 2 --dist loadscope --no-loadscope-reorder -q --durations=20
 
 # The same suite with every checkpoint trained afresh (a cache of the run's own), as on a
 # new machine; `make test` reuses the checkpoints whose training code has not changed.

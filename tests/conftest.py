@@ -1,10 +1,10 @@
 """How `make test` shares the suite between its pytest-xdist workers, and which
 checkpoint cache it uses.
 
-`make test` runs ``pytest -n 3 --dist loadscope --no-loadscope-reorder``, with xdist's
-public means only (three workers on two cores: with two, the suite used 18 CPU-minutes in
-16.6 minutes, the rest waiting on kernels, browsers and servers; a third worker fills
-those waits):
+`make test` runs ``pytest -n 2 --dist loadscope --no-loadscope-reorder``, with xdist's
+public means only. (Two workers leave about half of two cores idle, waiting on kernels,
+browsers and servers, yet a third worker made the run slower: 16:20 against 15:34 in
+pytest, from fresh clones with the checkpoints cached.)
 
 * ``--dist loadscope`` hands out each test file whole (the suite has no test classes but
   one kind), so a module fixture (a class graded once, a JupyterLab server) is built once,
