@@ -3,8 +3,8 @@ checkpoint cache it uses.
 
 `make test` runs ``pytest -n 2 --dist loadscope --no-loadscope-reorder``, with xdist's
 public means only. (Two workers leave about half of two cores idle, waiting on kernels,
-browsers and servers, yet a third worker made the run slower: 16:20 against 15:34 in
-pytest, from fresh clones with the checkpoints cached.)
+browsers and servers, yet a third worker made the run slower: benchmarks/README.md,
+"The test suite".)
 
 * ``--dist loadscope`` hands out each test file whole (the suite has no test classes but
   one kind), so a module fixture (a class graded once, a JupyterLab server) is built once,
