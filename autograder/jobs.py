@@ -115,3 +115,9 @@ class NotebookResult:
         """The result of a job that failed before or around its kernel (a grader error)."""
         return cls(job.student, job.assignment, job.notebook_id, job.notebook,
                    events=[reason[:500]], findings=list(job.findings), isolation=isolation)
+
+
+class WorkerSetupError(RuntimeError):
+    """The machine that took a job cannot see the files the job names by path (a Dask
+    worker without the grader's checkout or workspace). A fault of the grading set-up,
+    never of the submission: such a job is not recorded, and the next run grades it."""

@@ -20,16 +20,16 @@ import socket
 import sys
 import time
 from concurrent.futures import as_completed
+from collections.abc import Iterable
 from pathlib import Path
 
 from tqdm import tqdm
 
-from ..jobs import Job, NotebookResult
+from ..jobs import Job, NotebookResult, WorkerSetupError
 from ..sandbox import gpu
 from ..sandbox.kernel import describe_isolation, kernel_start_mode
 from ..workspace.course import AssignmentSpec, Course, CourseError
 from . import gradebook as writer
-from .runner import WorkerSetupError, grade_notebook
 from .sanitize import NotGradable, grade_cell_ids, sanitized_job
 from .workers import (
     raise_if_stop_requested,
@@ -65,6 +65,10 @@ def _job(
 
 @stops_cleanly
 def _run_job(job: Job) -> NotebookResult:
+    """A worker's task. The runner (and with it torch) is imported in the worker only:
+    the grader's own process never grades, and starts its workers a second sooner."""
+    from .runner import grade_notebook
+
     return grade_notebook(job)
 
 
@@ -165,35 +169,37 @@ def _grade(course, spec, students, workers, scheduler, force, progress, log, cel
         return {"graded": [], "skipped": skipped, "isolation": isolation}
     writer.ensure_room(course)  # a full disk stops us here, before anything is written
 
-    jobs, pending = [], {}
-    with course.gradebook() as gb:
-        cells = {nb_id: grade_cell_ids(gb, nb_id, spec.name) for nb_id in spec.notebooks}
-        for student in todo:
-            pending[student] = {
-                "digest": todo[student],
-                "notebooks": {},
-                "left": len(spec.notebooks),
-            }
-            for notebook_id in spec.notebooks:
-                points, manual = cells[notebook_id]
-                pending[student]["notebooks"][notebook_id] = (points, manual)
-                job = _job(course, spec, student, notebook_id, gb, points)
-                if isinstance(job, NotebookResult):
-                    _finish(course, spec, job, pending)
-                else:
-                    jobs.append(job)
-
+    pending = {student: {"digest": digest, "notebooks": {}, "left": len(spec.notebooks)}
+               for student, digest in todo.items()}
     bar = tqdm(
-        total=len(jobs),
+        total=len(todo) * len(spec.notebooks),
         desc=f"grading {spec.name}",
         unit="nb",
         disable=not progress,
         file=sys.stderr,
     )
+
+    def jobs():
+        """Each notebook's job, read and sanitised against the gradebook. A local pool
+        takes them as they come, so its workers start while the rest are prepared."""
+        with course.gradebook() as gb:
+            cells = {nb_id: grade_cell_ids(gb, nb_id, spec.name) for nb_id in spec.notebooks}
+            for student in todo:
+                for notebook_id in spec.notebooks:
+                    points, manual = cells[notebook_id]
+                    pending[student]["notebooks"][notebook_id] = (points, manual)
+                    job = _job(course, spec, student, notebook_id, gb, points)
+                    if isinstance(job, NotebookResult):
+                        _finish(course, spec, job, pending)
+                        bar.update(1)
+                    else:
+                        yield job
+
     unfinished = []  # jobs whose worker stopped: not the submission's fault, not recorded
     misplaced = []  # jobs a worker could not see the files of: not recorded either
     try:
-        for job, result in _execute(jobs, workers, scheduler):
+        for job, result in _execute(jobs(), len(todo) * len(spec.notebooks), workers,
+                                    scheduler):
             raise_if_stop_requested()  # a Ctrl-C the interpreter swallowed stops us here
             if isinstance(result, BaseException) and worker_stopped(result):
                 unfinished.append(job)
@@ -254,10 +260,17 @@ def _finish(course, spec, result: NotebookResult, pending) -> None:
         state["recorded"] = True
 
 
-def _execute(jobs: list[Job], workers: int | None, scheduler: str | None):
-    """Yield ``(job, result or exception)`` as results arrive, from a local pool or Dask."""
-    if not jobs:
-        return
+def _execute(jobs: Iterable[Job], count: int, workers: int | None, scheduler: str | None):
+    """Yield ``(job, result or exception)`` as results arrive, from a local pool or Dask.
+
+    ``count``: at most how many jobs ``jobs`` yields (it sizes the pool). A local pool of
+    two or more workers submits each job as ``jobs`` yields it; Dask and a single worker
+    take the whole list first."""
+    workers = max(1, workers or min(count, os.cpu_count() or 1))
+    if scheduler or workers == 1:
+        jobs = list(jobs)
+        if not jobs:
+            return
     if scheduler:
         from distributed import Client
         from distributed import as_completed as dask_completed
@@ -287,7 +300,6 @@ def _execute(jobs: list[Job], workers: int | None, scheduler: str | None):
                 except Exception as exc:
                     yield futures[future], exc
         return
-    workers = max(1, workers or min(len(jobs), os.cpu_count() or 1))
     if workers == 1:
         for job in jobs:
             try:
@@ -296,8 +308,8 @@ def _execute(jobs: list[Job], workers: int | None, scheduler: str | None):
                 yield job, exc
         return
     with worker_pool(workers) as pool:
-        futures = {pool.submit(_run_job, job): job for job in jobs}
         try:
+            futures = {pool.submit(_run_job, job): job for job in jobs}
             for future in as_completed(futures):
                 try:
                     yield futures[future], future.result()

@@ -346,3 +346,7 @@ if __name__ == "__main__":
     from autograder.grading import oracle
 
     oracle.serve()
+    # serve() removed its scratch folder; skip the teardown of an interpreter that holds
+    # torch (about half a second that the grading worker would wait for at its exit).
+    sys.stdout.flush()
+    os._exit(0)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-from ..jobs import Job, NotebookResult
+from ..jobs import Job, NotebookResult, WorkerSetupError
 from ..protocol import kernel_side
 from ..protocol.trusted import Submission
 from ..sandbox.kernel import SandboxedKernel, describe_isolation
@@ -39,12 +39,6 @@ def _diagnose(job: Job, result: NotebookResult, transcripts: dict, uses_gpu: boo
     diagnoses = diagnose(spec, job.notebook_id, result.checks, transcripts, oracle)
     annotate(result.checks, diagnoses)
     result.diagnoses = [d.as_dict() for d in diagnoses]
-
-
-class WorkerSetupError(RuntimeError):
-    """The machine that took a job cannot see the files the job names by path (a Dask
-    worker without the grader's checkout or workspace). A fault of the grading set-up,
-    never of the submission: such a job is not recorded, and the next run grades it."""
 
 
 def _check_paths(job: Job) -> None:
