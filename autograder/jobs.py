@@ -43,6 +43,9 @@ class Job:
     hidden: tuple[Path, ...] = ()
     #: What sanitising found (tampered cells), for the report.
     findings: list[str] = dataclasses.field(default_factory=list)
+    #: When set, only the hidden checks of these grade cells run, and the other cells score
+    #: nothing: ``autograder validate`` grades a named mutant on the cells it breaks.
+    grade_cells: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass

@@ -3,8 +3,9 @@
 On a throwaway course (a temporary workspace, deleted afterwards) it grades the
 reference solution (must get full marks), the released stub and a submission whose
 every answer is a constant of the right shape (both must get zero, without stopping the
-run), and every named mutant (must lose points on each grade cell it ``breaks``). For
-each mutant it lists every check that caught it and whether the diagnosis named it. A
+run), and every named mutant (must lose points on each grade cell it ``breaks``; only
+the checks of those cells run for it). For each mutant it lists every check that caught
+it and whether the diagnosis named it. A
 reference that loses points is followed by each failed check's message, so the cause
 (a check that expects another machine's numbers, a library that fails in the sandbox)
 shows without grading it again by hand.
@@ -19,6 +20,15 @@ from ..grading.grade import grade
 from ..reports.report import collect
 from ..workspace.course import Course
 from .submissions import make_class, write_submissions
+
+
+def mutant_focus(spec) -> dict[str, tuple[str, ...]]:
+    """``{student: grade cells}``, :func:`~autograder.grading.grade.grade`'s ``focus``: each
+    made mutant is graded on the cells it says it breaks. What validation proves of a
+    mutant is that it loses points there, so the checks of its other cells (most of the
+    cost of grading it) are not run. The reference, the stub and the constant submission
+    are graded whole."""
+    return {f"mutant-{mutant.name}": tuple(mutant.breaks) for mutant in spec.mutants}
 
 
 def expectations(spec, records: list[dict]) -> list[dict]:
@@ -58,7 +68,7 @@ def expectations(spec, records: list[dict]) -> list[dict]:
             student,
             f"loses points on {', '.join(mutant.breaks)}",
             not missed,
-            _score(rec)
+            _score(rec, mutant.breaks)
             + (f"; NOT caught on {', '.join(missed)}" if missed else "")
             + (f"; caught by {', '.join(caught_by)}" if caught_by else "")
             + (f"; diagnosed on {', '.join(named)}" if named else "; not diagnosed"),
@@ -66,8 +76,15 @@ def expectations(spec, records: list[dict]) -> list[dict]:
     return rows
 
 
-def _score(rec) -> str:
-    return "not graded" if rec is None else f"{rec['score']:g}/{rec['max_score']:g}"
+def _score(rec, cells=None) -> str:
+    """``score/max``, of the whole notebook or of ``cells`` (a mutant's: graded alone)."""
+    if rec is None:
+        return "not graded"
+    if cells is None:
+        return f"{rec['score']:g}/{rec['max_score']:g}"
+    mine = [rec["exercises"].get(g, {}) for g in cells]
+    return (f"{sum(e.get('score', 0) for e in mine):g}/"
+            f"{sum(e.get('max_score', 0) for e in mine):g} on {', '.join(cells)}")
 
 
 def _passes(rec) -> str:
@@ -115,7 +132,7 @@ def validate(names: list[str], workers: int | None = None, log=print, course_dir
             spec = course.spec(name)
             course.release(name)
             write_submissions(course, spec, make_class(course, spec), workers=workers)
-            grade(course, name, workers=workers, force=True, log=log)
+            grade(course, name, workers=workers, force=True, log=log, focus=mutant_focus(spec))
             rows = expectations(spec, collect(course, name))
             log(f"\nvalidate {name}:")
             width = max(len(r["student"]) for r in rows)

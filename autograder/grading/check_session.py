@@ -167,8 +167,11 @@ class CheckSession:
             raise RuntimeError(f"the hidden checks could not run: {problem}"
                                f"{out.getvalue()[-1000:]}")
 
-    def run(self, submission) -> tuple[list[CheckRecord], dict]:
-        """Run every check against ``submission``: ``(check records, transcripts)``."""
+    def run(self, submission, grade_cells=None) -> tuple[list[CheckRecord], dict]:
+        """Run every check against ``submission``, or those of ``grade_cells`` only:
+        ``(check records, transcripts)``."""
+        items = self.items if grade_cells is None else [
+            item for item in self.items if _grade_cell(item) in grade_cells]
         self.plugin.begin(submission)
         here = os.getcwd()
         out = io.StringIO()
@@ -176,16 +179,16 @@ class CheckSession:
             with _pytest_running(), _one_torch_thread(), contextlib.redirect_stdout(out), \
                     contextlib.redirect_stderr(out):
                 hook = self.config.hook
-                for index, item in enumerate(self.items):
+                for index, item in enumerate(items):
                     # What pytest keeps on an item from its last run (a previous submission's).
                     item.user_properties.clear()
                     item._report_sections.clear()
-                    nextitem = self.items[index + 1] if index + 1 < len(self.items) else None
+                    nextitem = items[index + 1] if index + 1 < len(items) else None
                     hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
         finally:
             os.chdir(here)
             records, transcripts = self.plugin.end()
-        if not records:
+        if items and not records:
             raise RuntimeError(f"the hidden checks could not run: {out.getvalue()[-2000:]}")
         return records, transcripts
 
@@ -199,6 +202,11 @@ class CheckSession:
                 with contextlib.suppress(Exception):
                     self.config.hook.pytest_sessionfinish(session=self.session, exitstatus=0)
                 self.config._ensure_unconfigure()
+
+
+def _grade_cell(item) -> str | None:
+    marker = item.get_closest_marker("grade_cell")
+    return marker.args[0] if marker else None
 
 
 def _forget_other_checks(checks_dir: Path) -> None:
@@ -248,11 +256,12 @@ _sessions: dict[Path, CheckSession] = {}
 _lock = threading.Lock()
 
 
-def run_checks(checks_dir: Path, submission) -> tuple[list[CheckRecord], dict]:
-    """Run the hidden checks of ``checks_dir`` in this process against ``submission``, in
-    this process's session for that folder (made on first use, made again when the check
-    files change or a run failed). Returns the check records and, per check, the requests
-    it made (its transcript)."""
+def run_checks(checks_dir: Path, submission, grade_cells=None
+               ) -> tuple[list[CheckRecord], dict]:
+    """Run the hidden checks of ``checks_dir`` (those of ``grade_cells`` only, when given)
+    in this process against ``submission``, in this process's session for that folder
+    (made on first use, made again when the check files change or a run failed). Returns
+    the check records and, per check, the requests it made (its transcript)."""
     folder = Path(checks_dir).resolve()
     with _lock:  # pytest is not thread-safe: one run at a time per process
         session = _sessions.get(folder)
@@ -262,7 +271,7 @@ def run_checks(checks_dir: Path, submission) -> tuple[list[CheckRecord], dict]:
         if session is None:
             session = _sessions[folder] = CheckSession(folder)
         try:
-            return session.run(submission)
+            return session.run(submission, grade_cells)
         except BaseException:
             # A run that raised may leave fixtures set up or the plugin half-way: never reuse.
             _sessions.pop(folder, None)

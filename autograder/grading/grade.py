@@ -20,6 +20,7 @@ import socket
 import sys
 import time
 from concurrent.futures import as_completed
+from concurrent.futures.process import BrokenProcessPool
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -111,12 +112,17 @@ def grade(
     progress: bool = True,
     log=print,
     cell_timeout: float | None = None,
+    focus: dict[str, tuple[str, ...]] | None = None,
 ) -> dict:
-    """Grade an assignment. Returns ``{"graded": [...], "skipped": [...], "isolation": ...}``."""
+    """Grade an assignment. Returns ``{"graded": [...], "skipped": [...], "isolation": ...}``.
+
+    ``focus``: ``{student: grade cells}``, for which students only the hidden checks of
+    those cells run (the others score nothing): ``autograder validate`` grades each named
+    mutant on the cells it breaks. Never used for a class."""
     spec = course.require_released(name)
     with _one_grader(course, name):
         return _grade(course, spec, students, workers, scheduler, force, progress, log,
-                      cell_timeout)
+                      cell_timeout, focus or {})
 
 
 @contextlib.contextmanager
@@ -147,7 +153,8 @@ def _one_grader(course: Course, name: str):
         yield
 
 
-def _grade(course, spec, students, workers, scheduler, force, progress, log, cell_timeout):
+def _grade(course, spec, students, workers, scheduler, force, progress, log, cell_timeout,
+           focus):
     if cell_timeout:
         limits = dataclasses.replace(spec.limits, cell_timeout=cell_timeout)
         spec = dataclasses.replace(spec, limits=limits)
@@ -192,6 +199,8 @@ def _grade(course, spec, students, workers, scheduler, force, progress, log, cel
                     if isinstance(job, NotebookResult):
                         _finish(course, spec, job, pending)
                         bar.update(1)
+                    elif student in focus:
+                        yield dataclasses.replace(job, grade_cells=tuple(focus[student]))
                     else:
                         yield job
 
@@ -309,7 +318,12 @@ def _execute(jobs: Iterable[Job], count: int, workers: int | None, scheduler: st
         return
     with worker_pool(workers) as pool:
         try:
-            futures = {pool.submit(_run_job, job): job for job in jobs}
+            futures = {}
+            for job in jobs:
+                try:
+                    futures[pool.submit(_run_job, job)] = job
+                except BrokenProcessPool as exc:  # a worker died: this one is not graded now
+                    yield job, exc
             for future in as_completed(futures):
                 try:
                     yield futures[future], future.result()

@@ -107,7 +107,8 @@ def grade_notebook(job: Job) -> NotebookResult:
             kernel.install_bridge(kernel_side.kernel_source())
         submission = Submission(kernel, nb, kernel.exchange_dir, forbid=job.forbid,
                                 call_timeout=job.limits.call_timeout)
-        result.checks, transcripts = run_checks(Path(job.checks_dir), submission)
+        result.checks, transcripts = run_checks(Path(job.checks_dir), submission,
+                                                job.grade_cells)
         lap("checks")
         try:
             _diagnose(job, result, transcripts, kernel.uses_gpu)

@@ -7,7 +7,7 @@ mutant in assignment.toml must lose points on each grade cell it says it breaks.
 import pytest
 
 from autograder.authoring.submissions import make_class, write_submissions
-from autograder.authoring.validate import expectations
+from autograder.authoring.validate import expectations, mutant_focus
 from autograder.grading.grade import grade
 from autograder.reports.report import collect
 from autograder.workspace.course import ASSIGNMENTS_DIR, Course, available_assignments
@@ -22,7 +22,8 @@ def validate(name, tmp_path):
     spec = course.spec(name)
     assert spec.mutants, f"{name} names no mutants"
     write_submissions(course, spec, make_class(course, spec))
-    grade(course, name, workers=2, progress=False, log=lambda *a: None)
+    grade(course, name, workers=2, progress=False, log=lambda *a: None,
+          focus=mutant_focus(spec))
     rows = expectations(spec, collect(course, name))
     failed = [f"{r['student']}: expected {r['expected']}, got {r['detail']}"
               + "".join(f"\n  - {line}" for line in r["why"]) for r in rows if not r["ok"]]

@@ -1,7 +1,8 @@
 """A Jupyter kernel whose ``toolkit`` is the student wheel, for the tests that run the
 course's notebooks as a student of a course that installs it.
 
-By default the kernel borrows torch, ipykernel and the rest from the project's venv. To
+By default the kernel borrows torch, ipykernel and the rest from the project's venv, and
+the wheel's package is staged into the kernel's site-packages without building the wheel. To
 try the wheel as a student installs it, on another Python, point ``STUDENT_VENV`` at a
 venv of that Python into which the wheel's requirements and ipykernel are installed
 (``python3.10 -m venv v && v/bin/pip install <wheel> ipykernel``): each case installs its
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -20,17 +22,19 @@ from pathlib import Path
 
 import pytest
 
-from autograder.student.toolkit_wheel import build_student_toolkit
+from autograder.student.toolkit_wheel import build_student_toolkit, stage_student_toolkit
+from autograder.workspace.assistant_rules import DEFAULT_RULES, WHEEL_FILE_NAMES, write_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def student_kernel(tmp_path_factory, monkeypatch_module):
-    """``install(unlocked)``: build the student wheel with the assignments ``unlocked``
-    (the rest locked), install it in this module's virtual environment (replacing the
-    previous one, unless it was built with the same ``unlocked``) and return that
-    environment's ``site-packages``.
+    """``install(unlocked)``: put the student toolkit with the assignments ``unlocked`` (the
+    rest locked) in this module's virtual environment (replacing the previous one, unless
+    it was made with the same ``unlocked``) and return that environment's
+    ``site-packages``. The package is staged there as the wheel holds it; with
+    ``STUDENT_VENV`` the wheel itself is built and installed by pip.
 
     The environment's kernelspec is ``student``, found through ``JUPYTER_PATH`` (set for the
     module). Its Python imports the wheel's ``toolkit``; ipykernel, torch and the rest come
@@ -60,7 +64,15 @@ def student_kernel(tmp_path_factory, monkeypatch_module):
 
     def install(unlocked=()) -> Path:
         nonlocal installed
-        if installed != list(unlocked):
+        if installed != list(unlocked) and not own:
+            # What the wheel would install, staged straight into site-packages: building
+            # and pip-installing a wheel per case cost about ten seconds each, and the
+            # wheel's packaging has tests of its own (tests/autograder/test_student_build.py).
+            shutil.rmtree(site / "toolkit", ignore_errors=True)
+            stage_student_toolkit(site / "toolkit", ROOT / "assignments", list(unlocked))
+            write_rules(site / "toolkit", DEFAULT_RULES, WHEEL_FILE_NAMES)
+            installed = list(unlocked)
+        elif installed != list(unlocked):
             wheel = built.get(tuple(unlocked))
             if wheel is None:
                 wheel = built[tuple(unlocked)] = build_student_toolkit(

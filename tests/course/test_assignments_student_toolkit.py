@@ -9,9 +9,9 @@ student's own answers alone: a toolkit helper that builds one of N's exercises i
 (a cache class derived from the one the student writes, a final norm built from the
 toolkit's LayerNorm) would fail for a student whose every answer is right.
 
-Each case installs the wheel with the assignments before N unlocked, runs N's instructor
-notebook (the solutions in place of the student's answers) in a kernel of that wheel,
-and asks for no error and no widget that shows, instead of its figure, which function it
+Each case installs the student toolkit with the assignments before N unlocked, runs N's
+instructor notebook (the solutions in place of the student's answers) in a kernel of that
+toolkit, and asks for no error and no widget that shows, instead of its figure, which function it
 needs. (A widget placed before a later exercise of its notebook draws everything else and
 says, in that panel or row, what it waits for.) The training cells are shortened to a few
 steps (the shortening must still match the notebook).
