@@ -19,9 +19,9 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Iterable
 from concurrent.futures import as_completed
 from concurrent.futures.process import BrokenProcessPool
-from collections.abc import Iterable
 from pathlib import Path
 
 from tqdm import tqdm
