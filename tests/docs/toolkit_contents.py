@@ -142,8 +142,10 @@ PARTS = {
         Concept("Gated attention unit", ("toolkit.gau",), (), ("gau_explorer",)),
         Concept("Hybrids of attention and Mamba layers, measured by multi-query associative "
                 "recall", ("toolkit.hybrid.mqar", "toolkit.hybrid.model",
-                           "toolkit.hybrid.experiment", "toolkit.hybrid.__main__"),
-                ("06-beyond-attention",), ("recall_explorer",)),
+                           "toolkit.hybrid.experiment", "toolkit.hybrid.checkpoint",
+                           "toolkit.hybrid.__main__"),
+                ("06-beyond-attention",), ("recall_explorer",),
+                handed_in=(("06-beyond-attention", "test_hybrid_checkpoint"),)),
     ),
     "07-capstone": (
         Concept("A mini-GPT: config, causal self-attention, the model, a static KV cache",

@@ -11,12 +11,20 @@ from toolkit.hybrid import (
     IGNORE,
     CausalAttentionMixer,
     HybridLM,
+    load_hybrid,
     mqar_batch,
     parameter_count,
     recall_accuracy,
+    save_hybrid,
     state_numbers,
 )
-from toolkit.hybrid.experiment import MQARConfig, measure, results_table, train_recall_model
+from toolkit.hybrid.experiment import (
+    MQARConfig,
+    measure,
+    results_table,
+    train_on_mqar,
+    train_recall_model,
+)
 from toolkit.ssm import MambaMixer
 
 V = 32
@@ -172,3 +180,38 @@ def test_mamba_layers_run_the_scan_they_are_given():
     _, cache = MambaMixer(16, 4, expand=1, scan=selective_scan)(torch.randn(1, 3, 16),
                                                                 return_cache=True)
     assert cache.ssm_state.shape == (1, 16, 4)
+
+
+def test_train_on_mqar_uses_the_batches_it_is_given_and_learns():
+    """The short run of assignment 06: above chance on 2 pairs, and every batch comes from
+    ``batch_fn`` (a student's ``mqar_batch``), seeded by ``seed``."""
+    drawn = []
+
+    def counting_batch(*args, **kwargs):
+        drawn.append(args[1])
+        return mqar_batch(*args, **kwargs)
+
+    torch.manual_seed(0)
+    model = HybridLM(16, "AA", d_model=32, n_heads=4, max_seq_len=8)
+    trained = train_on_mqar(model, 60, (2,), 16, batch_fn=counting_batch)
+    assert drawn == [2] * 60 and not trained.training
+    x, y = mqar_batch(256, 2, 16, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert recall_accuracy(trained(x), y) > 3 * (2 / 16)
+
+
+def test_a_saved_hybrid_loads_into_the_same_function(tmp_path):
+    torch.manual_seed(0)
+    arguments = dict(vocab_size=V, pattern="MA", d_model=16, n_heads=2, d_state=4, max_seq_len=12)
+    model = HybridLM(**arguments).eval()
+    path = str(tmp_path / "hybrid.safetensors")
+    save_hybrid(model, path, **arguments)
+    loaded = load_hybrid(path)
+    assert loaded.pattern == "MA" and not loaded.training
+    ids = torch.randint(V, (2, 12))
+    with torch.no_grad():
+        assert torch.equal(loaded(ids), model(ids))
+    with pytest.raises(ValueError, match="missing \\['max_seq_len'\\]"):
+        save_hybrid(model, path, **{k: v for k, v in arguments.items() if k != "max_seq_len"})
+    with pytest.raises(ValueError, match="unknown \\['dropout'\\]"):
+        save_hybrid(model, path, **arguments, dropout=0.1)

@@ -6,11 +6,14 @@ tells them apart.
 * :mod:`toolkit.hybrid.model`: :class:`HybridLM`, a small language model whose layers
   follow a pattern such as ``"MAMM"`` (``A`` attention, ``M`` Mamba), every pattern the
   same width and, at equal depth, the same parameter count.
+* :mod:`toolkit.hybrid.checkpoint`: a trained model saved with the arguments that rebuild
+  it (:func:`save_hybrid`, :func:`load_hybrid`; assignment 06 hands one in).
 * :mod:`toolkit.hybrid.experiment`: pure attention, pure Mamba and a hybrid trained on MQAR
   at equal size, recall measured against the number of pairs
   (``python -m toolkit.hybrid`` prints the table).
 """
 
+from toolkit.hybrid.checkpoint import load_hybrid, save_hybrid
 from toolkit.hybrid.model import (
     LAYER_KINDS,
     CausalAttentionMixer,
@@ -29,8 +32,10 @@ __all__ = [
     "HybridLM",
     "ResidualMixer",
     "check_pattern",
+    "load_hybrid",
     "mqar_batch",
     "parameter_count",
     "recall_accuracy",
+    "save_hybrid",
     "state_numbers",
 ]

@@ -21,11 +21,13 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from tqdm.auto import tqdm
 
 from toolkit.hybrid.model import HybridLM, parameter_count, state_numbers
@@ -76,6 +78,31 @@ def build_model(pattern: str, cfg: MQARConfig) -> HybridLM:
     torch.manual_seed(cfg.seed)
     return HybridLM(cfg.vocab_size, pattern, d_model=cfg.d_model, n_heads=cfg.n_heads,
                     d_state=cfg.d_state, max_seq_len=cfg.max_seq_len)
+
+
+def train_on_mqar(model: nn.Module, steps: int, pairs=(2, 4, 8), vocab_size: int = 32, *,
+                  batch_size: int = 32, lr: float = 1e-2, seed: int = 0,
+                  batch_fn: Callable = mqar_batch) -> nn.Module:
+    """Train ``model`` (``ids (B, T) -> logits (B, T, vocab_size)``) on MQAR: ``steps``
+    batches of ``batch_size`` sequences, the number of pairs cycling through ``pairs``, the
+    loss the cross-entropy at the query positions only, AdamW at a constant ``lr``,
+    gradients clipped at norm 1. ``batch_fn`` makes the batches (assignment 06 passes the
+    student's ``mqar_batch``); its generator is seeded with ``seed``. Returns the model in
+    eval mode. (The short run of assignment 06 and its lecture; :func:`train_recall_model`
+    is the longer, scheduled run of the experiment.)"""
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    for step in range(steps):
+        inputs, targets = batch_fn(batch_size, pairs[step % len(pairs)], vocab_size,
+                                   generator=generator)
+        logits = model(inputs)  # (B, T, V); targets are IGNORE except at the queries
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+    return model.eval()
 
 
 def train_recall_model(pattern: str, cfg: MQARConfig, *, progress: bool = True) -> HybridLM:

@@ -96,3 +96,28 @@ def test_causal(submission):
     b = _logits(submission, "MAM", state, changed)
     if not torch.allclose(a[:, :10], b[:, :10], atol=1e-5):
         raise CheckFailure("changing tokens from position 10 on changed the logits before it")
+
+
+# Runs in the student's kernel: the kind of mixer each layer of their HybridLM holds, as a
+# letter of the pattern ("A" an attention mixer, "M" a Mamba mixer, else the class's name).
+KINDS = """
+from toolkit.hybrid import CausalAttentionMixer as _Attention
+from toolkit.ssm import MambaMixer as _Mamba
+_built = HybridLM(**inputs["init"])
+result = "".join("A" if isinstance(_layer.mixer, _Attention) else
+                 "M" if isinstance(_layer.mixer, _Mamba) else
+                 f"[{type(_layer.mixer).__name__}]" for _layer in _built.layers)
+"""
+
+
+@pytest.mark.structural
+@pytest.mark.pitfall(PATTERN)
+@pytest.mark.parametrize("pattern", ["MA", "MAMM"])
+def test_layers_follow_the_pattern(submission, pattern):
+    """One layer per letter, in the pattern's order: a CausalAttentionMixer for "A", a
+    MambaMixer for "M" (read from the built model, so a mistaken order shows as what it is)"""
+    kinds = submission.run(KINDS, init={**INIT, "pattern": pattern})
+    if kinds != pattern:
+        raise CheckFailure(f'HybridLM("{pattern}") builds its layers as "{kinds}" (A: '
+                           "CausalAttentionMixer, M: MambaMixer, first layer first); build one "
+                           "layer per letter of the pattern, in its order")
