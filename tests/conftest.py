@@ -20,7 +20,7 @@ browsers and servers, yet a third worker made the run slower: benchmarks/README.
 pytest 9.2 and pytest-xdist 3.8 the group never reaches the test's id, so the tests of
 one file were spread over both workers.)
 
-The made submissions of 05, 07 and 08 train checkpoints. They come from the checkpoint
+The made submissions of 05 to 08 train checkpoints. They come from the checkpoint
 cache (``~/.cache/autograder/checkpoints``, shared with `make demo` and `autograder
 validate`), keyed by everything training reads, so an unchanged training run is reused
 and a changed one trains again. ``AUTOGRADER_TEST_RETRAIN=1`` (`make test-retrain`)
@@ -47,25 +47,25 @@ def pytest_unconfigure(config):
 
 
 #: The longest units, longest first (seconds each, in a `make test` from a fresh clone on
-#: an idle 2-core machine whose checkpoint cache held every checkpoint): they start at
-#: once, and the short files fill the gaps around them.
+#: a 2-core machine whose checkpoint cache held every checkpoint): they start at once, and
+#: the short files fill the gaps around them.
 _VALIDATE = "tests/assignments/test_validate_assignments.py::TestValidate_"
 LONGEST_FIRST = (
-    f"{_VALIDATE}06_beyond_attention",           # 102
-    f"{_VALIDATE}02_positional",                 # 92
-    f"{_VALIDATE}05_blocks",                     # 92 (259 when it trains)
-    "tests/autograder/test_recovery_and_dask.py",  # 140 in all, its longest test 74
-    "tests/browser/test_run_all_released.py",    # 86
-    f"{_VALIDATE}04_flash_attention",            # 52
-    f"{_VALIDATE}07_capstone",                   # 47 (161 when it trains)
-    f"{_VALIDATE}08_encoder_decoder",            # 42 (119 when it trains)
-    "tests/autograder/test_postgres.py",         # 39
-    f"{_VALIDATE}03_efficient_attention",        # 37
-    "tests/course/test_lectures.py",             # its longest lecture 32
-    "tests/browser/test_course_panel.py",
-    "tests/labext/test_handlers.py",
+    "tests/autograder/test_recovery_and_dask.py",  # about 190 in all, its longest test 62
+    "tests/browser/test_run_all_released.py",    # 142
+    "tests/course/test_lectures.py",             # about 120 in all, its longest lecture 49
+    f"{_VALIDATE}05_blocks",                     # 102
     "tests/course/test_assignments_student_toolkit.py",
-    f"{_VALIDATE}01_attention",                  # 23
+    f"{_VALIDATE}07_capstone",                   # 72
+    f"{_VALIDATE}04_flash_attention",            # 72
+    f"{_VALIDATE}08_encoder_decoder",            # 58
+    f"{_VALIDATE}06_beyond_attention",           # 57
+    f"{_VALIDATE}02_positional",                 # 54
+    "tests/autograder/test_postgres.py",
+    f"{_VALIDATE}03_efficient_attention",        # 48
+    "tests/browser/test_course_panel.py",        # 45
+    "tests/labext/test_handlers.py",
+    f"{_VALIDATE}01_attention",                  # 34
 )
 
 
