@@ -196,6 +196,29 @@ def test_llama_stack_final_norm_follows_the_config(submission):
                           "and eps, not fixed ones")
 
 
+# Runs in the student's kernel: the class of the stack's final norm, and the class the
+# notebook's make_norm builds for the same settings.
+FINAL_NORM_KIND = """
+_stack = EncoderStack(**inputs["init"])
+_init = inputs["init"]
+result = [type(_stack.final_norm).__name__,
+          type(make_norm(_init["norm"], _init["d_model"], _init["eps"])).__name__]
+"""
+
+
+@pytest.mark.structural
+@pytest.mark.pitfall(CONFIG)
+def test_llama_stack_final_norm_is_the_configured_kind(submission):
+    """EncoderStack(norm='rmsnorm'): the final norm is the class make_norm builds for it (read
+    from the built stack, so a fixed LayerNorm shows as what it is)"""
+    init = {"n_layers": 2, **INIT, "norm_first": True, "norm": "rmsnorm", "ffn": "swiglu",
+            "eps": 0.5}
+    got, expected = submission.run(FINAL_NORM_KIND, init=init)
+    if got != expected:
+        raise CheckFailure(f"with norm='rmsnorm' the stack's final_norm is a {got}; build it "
+                           f"with make_norm(norm, d_model, eps), which gives a {expected}")
+
+
 def test_post_ln_stack_has_no_final_norm(submission):
     """EncoderStack(norm_first=False): Post-LN blocks and an identity final norm."""
     init = {"n_layers": 2, **INIT, "norm_first": False}
