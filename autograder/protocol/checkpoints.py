@@ -1,4 +1,4 @@
-"""Helpers for hidden checks of a checkpoint handed in beside the notebook (05, 07).
+"""Helpers for hidden checks of a checkpoint handed in beside the notebook (05, 06, 07).
 
 A student trains a model in the notebook and hands in its weights (``mlm.safetensors``,
 ``capstone.safetensors``); the check loads them into the student's *own* class inside
@@ -18,7 +18,8 @@ from .trusted import SubmissionError
 
 
 def checkpoint_loader(file: str, metadata_key: str, config_class: str, model_class: str,
-                      saved_by: str, missing_ok: tuple[str, ...] = ()) -> str:
+                      saved_by: str, missing_ok: tuple[str, ...] = (),
+                      build: str | None = None) -> str:
     """Source for ``submission.run``: load the checkpoint ``file`` the student handed in
     beside the notebook into the student's *own* ``model_class``, in their kernel.
 
@@ -38,8 +39,12 @@ def checkpoint_loader(file: str, metadata_key: str, config_class: str, model_cla
         config_class: where the config class lives (``"toolkit.models.GPTConfig"``).
         model_class: the student's class, by its name in the notebook (``"GPT"``).
         saved_by: the call that saves such a file, for the message when it is not one.
+        build: the expression that builds the student's model from ``_config`` (default
+            ``model_class(_config)``; a model built from plain arguments says how, e.g.
+            ``"HybridLM(**_config.to_dict(), scan=selective_scan)"``).
     """
     config_module, _, config_name = config_class.rpartition(".")
+    build = build or f"{model_class}(_config)"
     return f'''
 import json as _json
 import os as _os
@@ -67,7 +72,7 @@ with _safe_open(_path, framework="pt", device="cpu") as _f:
 result = {{"config": _json.dumps(_config.to_dict()), "stored": _n_stored}}
 _model = None
 if _ok:
-    _loaded = {model_class}(_config).float()
+    _loaded = ({build}).float()
     _missing, _unexpected = _loaded.load_state_dict(_state, strict=False)
     result["missing"], result["unexpected"] = list(_missing), list(_unexpected)
     if not _unexpected and set(_missing) <= {set(missing_ok)!r}:

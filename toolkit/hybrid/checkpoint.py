@@ -12,13 +12,36 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
 
 from torch import nn
 
 #: The safetensors metadata entry holding the model's arguments as JSON.
 METADATA_KEY = "hybrid_config"
-#: The arguments of :class:`HybridLM` a checkpoint records (``scan`` is code, not data).
-ARGUMENTS = ("vocab_size", "pattern", "d_model", "n_heads", "d_state", "max_seq_len")
+
+
+@dataclass(frozen=True)
+class HybridArguments:
+    """The arguments of :class:`HybridLM` a checkpoint records (``scan`` is code, not data):
+    ``HybridLM(**arguments.to_dict(), scan=...)`` rebuilds the model."""
+
+    vocab_size: int
+    pattern: str
+    d_model: int
+    n_heads: int
+    d_state: int
+    max_seq_len: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> HybridArguments:
+        return cls(**values)
+
+
+#: Their names, in order.
+ARGUMENTS = tuple(f.name for f in fields(HybridArguments))
 
 
 def save_hybrid(model: nn.Module, path: str, **arguments) -> None:
@@ -52,8 +75,8 @@ def load_hybrid(path: str, model_class: type | None = None, scan: Callable | Non
         if METADATA_KEY not in metadata:
             raise ValueError(f"{path} has no {METADATA_KEY} metadata: save it with "
                              "toolkit.hybrid.save_hybrid(model, path, **arguments)")
-        arguments = json.loads(metadata[METADATA_KEY])
+        arguments = HybridArguments.from_dict(json.loads(metadata[METADATA_KEY]))
         state = {name: f.get_tensor(name) for name in f.keys()}
-    model = (model_class or HybridLM)(**arguments, scan=scan)
+    model = (model_class or HybridLM)(**arguments.to_dict(), scan=scan)
     model.load_state_dict(state)
     return model.eval()

@@ -17,14 +17,17 @@ the task's vocabulary, a hybrid pattern (both ``A`` and ``M`` layers), at most
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
 from autograder.protocol.checklib import CheckFailure
-from autograder.protocol.checkpoints import once_per_submission
+from autograder.protocol.checkpoints import (
+    check_loaded_checkpoint,
+    checkpoint_loader,
+    once_per_submission,
+)
 from toolkit.hybrid import IGNORE, mqar_batch
+from toolkit.hybrid.checkpoint import METADATA_KEY
 
 pytestmark = pytest.mark.grade_cell("test_hybrid_checkpoint")
 
@@ -33,36 +36,15 @@ VOCAB_SIZE, N_PAIRS, N_SEQUENCES, SEED = 32, 8, 256, 2026
 MAX_PARAMETERS = 200_000
 STEPS = 5
 
-RUN = """
-import json as _json
-import os as _os
-
-import torch as _torch
-from safetensors import safe_open as _safe_open
-
-_path = _os.path.join(_os.getcwd(), "hybrid.safetensors")
-if not _os.path.isfile(_path):
-    raise FileNotFoundError("hybrid.safetensors was not handed in next to the notebook: run "
-                            "part 7's training cell, which saves it, and submit the file too")
-with _safe_open(_path, framework="pt", device="cpu") as _f:
-    _meta = _f.metadata() or {}
-    if "hybrid_config" not in _meta:
-        raise ValueError("hybrid.safetensors has no hybrid_config metadata: save it with "
-                         "toolkit.hybrid.save_hybrid(model, path, **arguments)")
-    _args = _json.loads(_meta["hybrid_config"])
-    _n_stored = sum(int(_torch.Size(_f.get_slice(_n).get_shape()).numel()) for _n in _f.keys())
-    _ok = (isinstance(_args, dict) and _args.get("vocab_size") == inputs["vocab_size"]
-           and _n_stored <= inputs["max_parameters"])
-    _state = {_n: _f.get_tensor(_n) for _n in _f.keys()} if _ok else None
-result = {"arguments": _json.dumps(_args), "stored": _n_stored}
-if _ok:
-    _model = HybridLM(**_args, scan=selective_scan).float()
-    _missing, _unexpected = _model.load_state_dict(_state, strict=False)
-    result["missing"], result["unexpected"] = list(_missing), list(_unexpected)
-    if not _missing and not _unexpected:
-        _model.eval()
-        with _torch.no_grad():
-            result["predictions"] = _model(inputs["ids"]).argmax(-1)
+# Runs in the student's kernel: the file loaded into their own HybridLM (with their own
+# selective_scan), then its arg-max at every position of the sequences sent.
+RUN = checkpoint_loader(
+    "hybrid.safetensors", METADATA_KEY, "toolkit.hybrid.checkpoint.HybridArguments", "HybridLM",
+    saved_by="toolkit.hybrid.save_hybrid(model, path, **arguments)",
+    build="HybridLM(**_config.to_dict(), scan=selective_scan)") + """
+if _model is not None:
+    with _torch.no_grad():
+        result["predictions"] = _model(inputs["ids"]).argmax(-1)
 """
 
 
@@ -81,25 +63,15 @@ def recall(submission) -> float:
     """The handed-in hybrid's recall at the query positions, or CheckFailure saying why it
     earns nothing."""
     ids, targets = evaluation_batch()
-    got = submission.run(RUN, ids=ids, vocab_size=VOCAB_SIZE, max_parameters=MAX_PARAMETERS,
-                         timeout=120)
-    if not isinstance(got, dict) or "arguments" not in got:
-        raise CheckFailure("could not load your hybrid.safetensors")
-    arguments = json.loads(got["arguments"])
-    if not isinstance(arguments, dict) or arguments.get("vocab_size") != VOCAB_SIZE:
-        raise CheckFailure(f"hybrid.safetensors was saved with vocab_size "
-                           f"{arguments.get('vocab_size') if isinstance(arguments, dict) else '?'}"
-                           f"; MQAR in this notebook has {VOCAB_SIZE} tokens")
-    if got.get("stored", 0) > MAX_PARAMETERS:
-        raise CheckFailure(f"hybrid.safetensors holds {got['stored']:,} parameters; the limit "
-                           f"is {MAX_PARAMETERS:,}")
+    got = submission.run(RUN, ids=ids, vocab_size=VOCAB_SIZE, min_seq_len=ids.size(1),
+                         max_parameters=MAX_PARAMETERS, timeout=120)
+    arguments = check_loaded_checkpoint(
+        got, vocab_size=VOCAB_SIZE, min_seq_len=ids.size(1), max_parameters=MAX_PARAMETERS,
+        model_class="HybridLM", vocab_note=f"MQAR in this notebook has {VOCAB_SIZE} tokens",
+        seq_note=f"the check's sequences of {N_PAIRS} pairs have {ids.size(1)} tokens")
     if set(str(arguments.get("pattern", ""))) != {"A", "M"}:
         raise CheckFailure(f"hybrid.safetensors holds the pattern {arguments.get('pattern')!r}; "
                            "hand in the hybrid (attention and Mamba layers, \"MA\")")
-    missing, unexpected = got.get("missing", ()), got.get("unexpected", ())
-    if missing or unexpected:
-        raise CheckFailure(f"the weights do not fit your HybridLM: missing {sorted(missing)[:5]}, "
-                           f"unexpected {sorted(unexpected)[:5]}")
     predictions = got.get("predictions")
     if not isinstance(predictions, torch.Tensor) or predictions.shape != ids.shape:
         raise CheckFailure("your model's predictions could not be read: expected logits "
