@@ -51,7 +51,9 @@
 # them fails the check. Plain tensor operations are all fine, and so are the helpers the
 # first code cell imports. The references the test cells import to compare with
 # (`naive_dispatch`, `discretize_zoh_matrix`, `selective_step`, `ssd_recurrent`,
-# `wkv_parallel`) are switched off too: do not call them from your code.
+# `wkv_parallel`) are switched off too: do not call them from your code. The first code
+# cell is locked (the grader runs it as released): put an import of your own inside the
+# cell that uses it.
 #
 # **Conventions.** Sequences are `(batch, seq, channels)`; an MoE layer routes the
 # flattened tokens `(n_tokens, d_model)`. Formulas are written beside the code: keep doing
