@@ -32,6 +32,7 @@ NOT_FOR_NOTEBOOKS = {
     "train_recall_model": "one run of toolkit.hybrid's trained_models, which lecture 06 calls",
     "build_model": "the untrained models toolkit.hybrid's trained_models trains and loads",
     "HybridArguments": "the arguments save_hybrid records; 06 calls save_hybrid and load_hybrid",
+    "mqar_step": "one step of train_on_mqar and train_recall_model, which notebooks call",
     "PositionedAttention": "a layer of PositionGPT; notebooks build models with position_model",
     "PositionBlock": "a layer of PositionGPT; notebooks build models with position_model",
     "RMSNormGain": "a layer of PositionGPT; notebooks build models with position_model",

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from toolkit.hybrid.model import HybridLM, parameter_count, state_numbers
@@ -88,21 +88,28 @@ def train_on_mqar(model: nn.Module, steps: int, pairs=(2, 4, 8), vocab_size: int
     loss the cross-entropy at the query positions only, AdamW at a constant ``lr``,
     gradients clipped at norm 1. ``batch_fn`` makes the batches (assignment 06 passes the
     student's ``mqar_batch``); its generator is seeded with ``seed``. Returns the model in
-    eval mode. (The short run of assignment 06 and its lecture; :func:`train_recall_model`
-    is the longer, scheduled run of the experiment.)"""
+    eval mode. (The short run of assignment 06; :func:`train_recall_model` is the longer,
+    scheduled run of the experiment.)"""
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     for step in range(steps):
-        inputs, targets = batch_fn(batch_size, pairs[step % len(pairs)], vocab_size,
-                                   generator=generator)
-        logits = model(inputs)  # (B, T, V); targets are IGNORE except at the queries
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        batch = batch_fn(batch_size, pairs[step % len(pairs)], vocab_size, generator=generator)
+        mqar_step(model, optimizer, *batch)
     return model.eval()
+
+
+def mqar_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: Tensor,
+              targets: Tensor) -> Tensor:
+    """One optimiser step on an MQAR batch: the cross-entropy at the query positions only
+    (``targets`` is ``IGNORE`` elsewhere), gradients clipped at norm 1. Returns the loss."""
+    logits = model(inputs)  # (B, T, V)
+    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss
 
 
 def train_recall_model(pattern: str, cfg: MQARConfig, *, progress: bool = True) -> HybridLM:
@@ -118,13 +125,8 @@ def train_recall_model(pattern: str, cfg: MQARConfig, *, progress: bool = True) 
         for group in optimizer.param_groups:
             group["lr"] = cfg.max_lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * decay)
         n_pairs = cfg.train_pairs[step % len(cfg.train_pairs)]
-        inputs, targets = mqar_batch(cfg.batch_size, n_pairs, cfg.vocab_size, generator=generator)
-        logits = model(inputs)  # (B, T, V); only the query positions count
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        loss = mqar_step(model, optimizer, *mqar_batch(cfg.batch_size, n_pairs, cfg.vocab_size,
+                                                       generator=generator))
         if step % 20 == 0:
             bar.set_postfix(pairs=n_pairs, loss=f"{loss.item():.2f}")
     return model.eval()
