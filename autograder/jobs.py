@@ -41,6 +41,9 @@ class Job:
     forbid: tuple[str, ...] = ()
     #: Host folders the sandbox must not show (the workspace, the checks, the sources).
     hidden: tuple[Path, ...] = ()
+    #: Modules the fork server's template imports for this assignment, besides its own
+    #: (the assignment's ``kernel_preload``).
+    kernel_preload: tuple[str, ...] = ()
     #: What sanitising found (tampered cells), for the report.
     findings: list[str] = dataclasses.field(default_factory=list)
     #: When set, only the hidden checks of these grade cells run, and the other cells score

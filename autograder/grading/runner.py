@@ -89,7 +89,7 @@ def grade_notebook(job: Job) -> NotebookResult:
 
     kernel = None
     try:
-        kernel = SandboxedKernel(job.limits, hidden=job.hidden,
+        kernel = SandboxedKernel(job.limits, hidden=job.hidden, preload=job.kernel_preload,
                                  submission_dir=job.submission_dir,
                                  notebook_name=f"{job.notebook_id}.ipynb")
         _warm_oracle(job, kernel.uses_gpu)

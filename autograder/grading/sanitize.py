@@ -163,6 +163,7 @@ def sanitized_job(course, spec, student: str, notebook_id: str, submission_dir: 
         limits=spec.limits,
         forbid=tuple(spec.forbid),
         hidden=hidden_from_kernels(course, spec),
+        kernel_preload=tuple(spec.kernel_preload),
     )
     try:
         nb = read_submission(job.submission_dir / f"{notebook_id}.ipynb")

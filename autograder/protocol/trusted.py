@@ -197,7 +197,8 @@ class Submission:
 
     def _run_in_kernel(self, code: str, timeout: float) -> None:
         try:
-            content = self._session.execute_silently(code, timeout=timeout)
+            # _request has just called ensure_alive.
+            content = self._session.execute_silently(code, timeout=timeout, alive_checked=True)
         except TimeoutError:
             raise SubmissionError(f"no answer within {timeout:g}s (an infinite loop?)") from None
         except Exception as exc:  # DeadKernelError and transport failures

@@ -38,11 +38,11 @@ from .isolation import bwrap_arguments, bwrap_path, kernel_environment, paths_to
 from .storage import can_mount, scratch_root
 
 #: Imported once by each zygote: what every kernel would otherwise import itself.
+#: An assignment adds its own (``kernel_preload`` in its ``assignment.toml``): 07's checks
+#: train, and an optimizer's first step imports ``torch._dynamo`` (about 1.2 CPU seconds,
+#: paid once by the zygote instead of by every kernel; every other kernel never needs it).
 PRELOAD = (
     "torch",
-    # torch imports it on the first call of an optimizer (2 s, 140 MB shared with every
-    # kernel forked from the zygote): 07's training checks and any notebook that trains.
-    "torch._dynamo",
     "numpy",
     "matplotlib.figure",
     "ipykernel.kernelapp",
@@ -70,8 +70,11 @@ def enabled() -> bool:
 class ForkServer:
     """One zygote process: start it, then ask it for kernels."""
 
-    def __init__(self, slot: int, scratch_root: Path, hidden: tuple[Path, ...]):
+    def __init__(self, slot: int, scratch_root: Path, hidden: tuple[Path, ...],
+                 preload: tuple[str, ...] = ()):
         self.slot, self.scratch_root, self.hidden = slot, Path(scratch_root), tuple(hidden)
+        #: What the zygote imports: :data:`PRELOAD`, then ``preload`` (an assignment's own).
+        self.modules = tuple(dict.fromkeys((*PRELOAD, *preload)))
         self.started_at = time.monotonic()
         self._lock = threading.Lock()
         self._log = tempfile.TemporaryFile()
@@ -98,7 +101,7 @@ class ForkServer:
         self.preloaded = ready.get("preloaded", [])
 
     def _command(self) -> list[str]:
-        zygote = [sys.executable, str(_ZYGOTE_FILE), *PRELOAD]
+        zygote = [sys.executable, str(_ZYGOTE_FILE), *self.modules]
         bwrap = bwrap_path()
         if bwrap is None:
             return zygote
@@ -106,7 +109,7 @@ class ForkServer:
         args = bwrap_arguments(bwrap, writable=self.scratch_root, hidden=self.hidden,
                                tmp=COVER_BYTES, shm=None)
         args += ["--chdir", "/"]
-        return [*args, "--", sys.executable, f"{INSIDE_DIR}/zygote.py", *PRELOAD]
+        return [*args, "--", sys.executable, f"{INSIDE_DIR}/zygote.py", *self.modules]
 
     # -- talking to the zygote (framed JSON, :mod:`.inside.channel`) ------------------
     def _read_reply(self, timeout: float) -> dict:
@@ -237,10 +240,13 @@ _servers: dict[tuple, ForkServer] = {}
 _failures: set[tuple] = set()
 
 
-def get(slot: int, hidden: tuple[Path, ...]) -> ForkServer | None:
-    """The zygote for this slot and sandbox layout, started on first use; None if off.
+def get(slot: int, hidden: tuple[Path, ...], preload: tuple[str, ...] = ()) -> ForkServer | None:
+    """The zygote for this slot and sandbox layout that has imported ``preload`` (besides
+    :data:`PRELOAD`), started on first use; None if off.
 
-    A zygote that failed to start is not tried again by this process (the reason is
+    A running zygote that imported more serves too, so a process that grades several
+    assignments (the Check my work service) keeps one zygote where it asks for the most
+    first. A zygote that failed to start is not tried again by this process (the reason is
     logged); one that died is replaced.
     """
     if not enabled():
@@ -250,22 +256,23 @@ def get(slot: int, hidden: tuple[Path, ...]) -> ForkServer | None:
     # Hidden paths the project's cover already hides change nothing in the layout: every
     # built-in assignment shares one zygote per slot.
     hidden = paths_to_cover(hidden, root) if sandboxed else ()
-    key = (slot, str(root), sandboxed, tuple(map(str, hidden)))
-    if key in _failures:
+    layout = (slot, str(root), sandboxed, tuple(map(str, hidden)))
+    if layout in _failures:
         return None
-    server = _servers.get(key)
-    if server is not None and server.alive():
-        return server
-    if server is not None:
-        server.close()
+    wanted = set(preload)
+    for key, server in list(_servers.items()):
+        if key[0] == layout and wanted <= set(server.modules):
+            if server.alive():
+                return server
+            server.close()
+            del _servers[key]
     try:
-        server = ForkServer(slot, root, hidden)
+        server = ForkServer(slot, root, hidden, tuple(preload))
     except (ForkServerError, OSError) as exc:
         log.warning("no fork server, kernels start from scratch: %s", exc)
-        _failures.add(key)
-        _servers.pop(key, None)
+        _failures.add(layout)
         return None
-    _servers[key] = server
+    _servers[(layout, server.modules)] = server
     return server
 
 

@@ -111,7 +111,8 @@ class SandboxedKernel:
 
     def __init__(self, limits: Limits | None = None, *, slot: int | None = None, hidden=(),
                  submission_dir: Path | None = None, notebook_name: str = "",
-                 max_restarts: int = 2, use_fork_server: bool = True):
+                 max_restarts: int = 2, use_fork_server: bool = True,
+                 preload: tuple[str, ...] = ()):
         self.limits = limits or Limits()
         self._held = contextlib.ExitStack()
         if slot is None:
@@ -129,7 +130,8 @@ class SandboxedKernel:
         self.bwrap = bwrap_path()
         #: Whether this submission's kernels see the GPU (:mod:`autograder.sandbox.gpu`).
         self.uses_gpu = gpu.in_use(self.limits)
-        self.start_with = launcher.choose(self.uses_gpu, slot, self.hidden, use_fork_server)
+        self.start_with = launcher.choose(self.uses_gpu, slot, self.hidden, use_fork_server,
+                                          preload)
         self.km: launcher.SandboxedKernelManager | None = None
         self._inside: int | None = None  # a process in the sandbox (see _inside_pid)
         try:
@@ -414,11 +416,13 @@ class SandboxedKernel:
         )
         self.execute_silently(code, timeout=60)
 
-    def execute_silently(self, code: str, timeout: float) -> dict:
-        """Run code in the kernel and return the reply content.
+    def execute_silently(self, code: str, timeout: float, alive_checked: bool = False) -> dict:
+        """Run code in the kernel and return the reply content. ``alive_checked``: the
+        caller has just made sure the kernel runs (:meth:`ensure_alive`), so it is not
+        asked again (for a forked kernel, each asking is a round trip to the fork server).
 
         Raises TimeoutError or DeadKernelError."""
-        if not self.alive():
+        if not alive_checked and not self.alive():
             raise DeadKernelError("the kernel is not running")
         kc = self.client.kc
         self._answered = False

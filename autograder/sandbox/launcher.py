@@ -99,14 +99,14 @@ class ForkedStart:
     None: the kernel then clears its slot and starts from scratch (:data:`FRESH`),
     slower, with the same isolation."""
 
-    def __init__(self, slot: int, hidden: tuple[Path, ...]):
-        self.slot, self.hidden = slot, hidden
+    def __init__(self, slot: int, hidden: tuple[Path, ...], preload: tuple[str, ...] = ()):
+        self.slot, self.hidden, self.preload = slot, hidden, tuple(preload)
         #: Seconds spent starting this slot's fork server (once per grading worker).
         self.warm_up_seconds = 0.0
 
     def _server(self):
         started = time.monotonic()
-        server = forkserver.get(self.slot, self.hidden)
+        server = forkserver.get(self.slot, self.hidden, self.preload)
         if server is not None and server.started_at >= started:  # this call started it
             self.warm_up_seconds += time.monotonic() - started
         return server
@@ -123,11 +123,11 @@ class ForkedStart:
 
 
 def choose(uses_gpu: bool, slot: int, hidden: tuple[Path, ...],
-           use_fork_server: bool = True) -> ForkedStart | FreshStart:
+           use_fork_server: bool = True, preload: tuple[str, ...] = ()) -> ForkedStart | FreshStart:
     """The start strategy of one kernel: the fork server where it is on and can serve this
     kernel (its template has no GPU), else a fresh interpreter."""
     if use_fork_server and not uses_gpu and forkserver.enabled():
-        return ForkedStart(slot, hidden)
+        return ForkedStart(slot, hidden, preload)
     return FRESH
 
 

@@ -63,6 +63,12 @@ class AssignmentSpec:
     #: names, while the assignment is locked. See :mod:`autograder.student.toolkit_wheel`.
     withhold: list[str] = dataclasses.field(default_factory=list)
     mutants: list[Mutant] = dataclasses.field(default_factory=list)
+    #: Modules the fork server's template imports for this assignment's kernels, besides
+    #: the ones every kernel uses (:data:`autograder.sandbox.forkserver.PRELOAD`): what the
+    #: graded code imports late and slowly, such as ``torch._dynamo``, which an optimizer's
+    #: first step imports (07's checks train). Imported once per grading worker instead of
+    #: once per kernel.
+    kernel_preload: list[str] = dataclasses.field(default_factory=list)
     #: Optional script in the assignment folder, run after each *made* submission
     #: (validate, demo) is written: ``python <script> <student id>`` with the submission
     #: folder as working directory, e.g. to train and save the checkpoint a student would

@@ -17,13 +17,13 @@ from autograder.sandbox.storage import can_mount
 pytestmark = pytest.mark.skipif(not forkserver.enabled(), reason="fork server unavailable here")
 
 
-def _run(cells, *, fork=True, slot=None, limits=None):
+def _run(cells, *, fork=True, slot=None, limits=None, preload=()):
     """Run code cells in a fresh session; return (outputs per cell, events, session)."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     limits = limits or Limits(cell_timeout=30)
     with slots.sandbox_slot() as claimed:
         session = SandboxedKernel(limits, slot=claimed if slot is None else slot,
-                                  use_fork_server=fork)
+                                  use_fork_server=fork, preload=preload)
         try:
             session.run_notebook(nb)
             forked = session.forked
@@ -69,13 +69,26 @@ def test_a_forked_kernel_looks_like_one_started_from_scratch():
         assert forked_view["uid"] >= 61000 and forked_view["caps"] == "0000000000000000"
 
 
-def test_a_forked_kernel_holds_what_training_imports_on_first_use():
-    """torch imports its compiler stack (2 s) on an optimizer's first call; every kernel
-    of a training exercise would pay it again unless the zygote holds it already."""
-    (out,), events, forked = _run(["import sys; print(sorted(m for m in "
-                                   "('torch', 'torch._dynamo', 'toolkit') if m in sys.modules))"])
-    assert forked and not events
-    assert out.strip() == "['toolkit', 'torch', 'torch._dynamo']"
+def test_a_forked_kernel_holds_what_its_assignment_preloads_and_no_more():
+    """torch imports its compiler stack (over a CPU second) on an optimizer's first call;
+    every kernel of a training exercise would pay it again unless the zygote holds it
+    already (07's ``kernel_preload``). A kernel of an assignment that never trains gets a
+    zygote without it, which starts faster; a zygote that holds more serves it too."""
+    probe = ["import sys; print(sorted(m for m in ('torch', 'torch._dynamo', 'toolkit') "
+             "if m in sys.modules))"]
+    with slots.sandbox_slot() as slot:
+        (plain,), events, forked = _run(probe, slot=slot)
+        assert forked and not events
+        assert plain.strip() == "['toolkit', 'torch']"
+        (training,), events, forked = _run(probe, slot=slot, preload=("torch._dynamo",))
+        assert forked and not events
+        assert training.strip() == "['toolkit', 'torch', 'torch._dynamo']"
+        plain_server = forkserver.get(slot, ())
+        training_server = forkserver.get(slot, (), ("torch._dynamo",))
+        assert "torch._dynamo" in training_server.modules
+        assert "torch._dynamo" not in plain_server.modules
+        plain_server.close()  # gone: the zygote that holds more serves the plain kernels
+        assert forkserver.get(slot, ()) is training_server
 
 
 LEAVE_TRACES = r"""

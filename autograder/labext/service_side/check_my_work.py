@@ -13,6 +13,7 @@ that misbehaves can be replaced without touching the server.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from pathlib import Path
@@ -29,7 +30,7 @@ from ...grading.workers import stops_cleanly
 from ...sandbox import forkserver
 from ...sandbox.isolation import hidden_from_kernels
 from ...sandbox.slots import sandbox_slot
-from ...workspace.course import Course
+from ...workspace.course import Course, CourseError, available_assignments
 
 
 @stops_cleanly
@@ -85,7 +86,17 @@ def warm_up(course_root: str, assignments_dir: str) -> bool:
     shared_oracle().start()
     with sandbox_slot() as slot:
         # The slot is searched from this process's id, so the first check gets it again.
-        return forkserver.get(slot, hidden_from_kernels(course)) is not None
+        return forkserver.get(slot, hidden_from_kernels(course), _any_preload(course)) is not None
+
+
+def _any_preload(course: Course) -> tuple[str, ...]:
+    """What the kernels of any of the course's assignments preload, so that one zygote
+    serves them all (an assignment whose file does not load is left to its check)."""
+    modules = {}
+    for name in available_assignments(course.assignments_dir):
+        with contextlib.suppress(CourseError):
+            modules.update(dict.fromkeys(course.spec(name).kernel_preload))
+    return tuple(modules)
 
 
 # -- what is checked: the notebook and the files beside it (:mod:`..handin`) --------------
