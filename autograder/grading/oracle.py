@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from ..sandbox.inside import channel
@@ -244,7 +245,11 @@ class MistakeOracle:
         )
         return env
 
-    def _start(self) -> subprocess.Popen:
+    def _start(self):
+        """The helper: forked from this process where that is safe (it has imported
+        torch already, so the helper starts at no cost), else a fresh interpreter."""
+        if _ForkedHelper.can_fork(self.uses_gpu):
+            return _ForkedHelper(self.environment())
         return subprocess.Popen(
             [sys.executable, "-m", "autograder.grading.oracle"],
             stdin=subprocess.PIPE,
@@ -326,6 +331,85 @@ class MistakeOracle:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+class _ForkedHelper:
+    """The helper process as a fork of this one, with what :meth:`MistakeOracle._ask` uses
+    of a ``Popen`` (``stdin``, ``stdout``, ``poll``, ``wait``, ``kill``).
+
+    A grading worker imported torch before it took any work (the pool preloads it), so a
+    fork starts answering at once, where a fresh interpreter spends over a CPU second on
+    its imports. Forking is safe only while this process runs one thread (a lock that
+    another thread held would stay locked in the child) and has not touched CUDA
+    (:meth:`can_fork`); the child keeps only its two pipes, takes the helper's
+    environment and one torch thread, and never returns into the caller's code."""
+
+    def __init__(self, environment: dict[str, str]):
+        to_child, from_parent = os.pipe()[::-1]
+        to_parent, from_child = os.pipe()[::-1]
+        self.pid = os.fork()
+        if self.pid == 0:  # the helper
+            code = 1
+            try:
+                self._become_helper(environment, from_parent, to_parent)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(from_parent)
+        os.close(to_parent)
+        self.stdin = os.fdopen(to_child, "wb")
+        self.stdout = os.fdopen(from_child, "rb")
+        self.returncode: int | None = None
+
+    @staticmethod
+    def can_fork(uses_gpu: bool) -> bool:
+        return (not uses_gpu and threading.active_count() == 1
+                and "torch" in sys.modules and not sys.modules["torch"].cuda.is_initialized())
+
+    @staticmethod
+    def _become_helper(environment: dict[str, str], stdin_fd: int, stdout_fd: int) -> None:
+        import signal
+
+        import torch
+
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)  # as the fresh helper's stderr=DEVNULL
+        keep = sorted({stdin_fd, stdout_fd})
+        os.closerange(3, keep[0])  # nothing of the worker's pipes stays open here
+        os.closerange(keep[0] + 1, keep[1])
+        os.closerange(keep[1] + 1, os.sysconf("SC_OPEN_MAX"))
+        os.environ.clear()
+        os.environ.update(environment)
+        torch.set_num_threads(1)  # what OMP_NUM_THREADS=1 gives the fresh helper
+        serve(os.fdopen(stdin_fd, "rb"), os.fdopen(stdout_fd, "wb"))
+        sys.stdout.flush()
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = -9
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("the mistake oracle", timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, 9)
 
 
 _shared: dict[bool, MistakeOracle] = {}

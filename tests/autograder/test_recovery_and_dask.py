@@ -45,7 +45,7 @@ def _grading_on_both_workers(course, log):
     with open(log, "w") as sink:
         proc = _grade_cli(course, "--force", output=sink)
     start = time.monotonic()
-    while len(_results(course)) < 1 or len(_children(proc.pid)) < 2:
+    while len(_results(course)) < 1 or len(_workers(proc.pid)) < 2:
         assert proc.poll() is None, log.read_text()
         assert time.monotonic() - start < 300, "grading made no progress"
         time.sleep(0.2)
@@ -108,6 +108,22 @@ def _children(pid):
     return found
 
 
+def _workers(pid):
+    """The grading workers of the grader ``pid``: the children of its multiprocessing fork
+    server (autograder.grading.workers.worker_pool)."""
+    servers = [child for child in _children(pid)
+               if b"forkserver" in Path(f"/proc/{child}/cmdline").read_bytes()]
+    return set().union(*map(_children, servers))
+
+
+def _descendants(pids):
+    """Every process below ``pids``."""
+    found, todo = set(), set(pids)
+    while todo:
+        found |= (todo := set().union(*map(_children, todo)) - found)
+    return found
+
+
 def _running(pids):
     """Those of ``pids`` still running (a zombie has finished)."""
     alive = set()
@@ -135,8 +151,9 @@ def test_a_grader_stopped_alone_takes_its_workers_with_it(tiny_course, tmp_path,
     _class_of(course, 8)
     log = tmp_path / "grade.log"
     proc = _grading_on_both_workers(course, log)
-    workers = _children(proc.pid)
-    helpers = set().union(*(_children(w) for w in workers))  # sandboxes, the mistake oracle
+    workers = _workers(proc.pid)
+    # The pool's fork server, the sandboxes, the fork servers of kernels, the mistake oracles.
+    helpers = _descendants({proc.pid}) - workers
     os.kill(proc.pid, sig)  # the grader alone, not its process group
     code = proc.wait(timeout=60)
     deadline = time.monotonic() + 60
@@ -169,9 +186,7 @@ def test_a_worker_that_dies_costs_no_student_anything(tiny_course, tmp_path):
         path.unlink()
     log = tmp_path / "grade.log"
     proc = _grading_on_both_workers(course, log)
-    workers = [pid for pid in _children(proc.pid)  # the pool's, not the resource tracker
-               if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
-    os.kill(min(workers), signal.SIGKILL)  # one worker, not the grader
+    os.kill(min(_workers(proc.pid)), signal.SIGKILL)  # one worker, not the grader
     assert proc.wait(timeout=120) == 2, log.read_text()
     out = log.read_text()
     assert "were not graded because a grading worker stopped" in out, out

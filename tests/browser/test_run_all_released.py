@@ -99,6 +99,19 @@ def _widget_cells(notebook: dict, builders: set[str]) -> list[int]:
 
 
 @pytest.fixture(scope="module")
+def lab_server_config():
+    """The test opens one notebook after another in the same page through JupyterLab's own
+    command (``docmanager:open``, as the file browser does), so the application loads once,
+    not once per notebook."""
+    return {"LabApp": {"expose_app_in_browser": True}}
+
+
+#: Whether the notebook in front is the one at ``path`` (relative to the server's root).
+SHOWS_JS = "path => { const w = window.jupyterapp.shell.currentWidget; " \
+           "return !!w && !!w.context && w.context.path === path; }"
+
+
+@pytest.fixture(scope="module")
 def released(lab_server):
     """The server's root becomes a course workspace with every assignment released;
     returns ``[(assignment, notebook path relative to the root)]``."""
@@ -131,50 +144,65 @@ def test_run_all_reaches_the_end_of_every_fresh_notebook(chromium, lab_server, r
     builders = _widget_builders()
     assert released, "no assignment released"
     failures = []
-    for assignment, path in released:
-        notebook = json.loads((lab_server.root_dir / path).read_text())
-        widget_cells = _widget_cells(notebook, builders)
-        page = chromium.new_page()
-        try:
-            page.goto(f"{lab_server.url}/lab/tree/{path}?reset&token={lab_server.token}",
-                      wait_until="domcontentloaded", timeout=60_000)
-            page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=60_000)
-            page.wait_for_function(KERNEL_IDLE_JS, timeout=60_000, polling=250)
-            page.locator("#jp-MainMenu .lm-MenuBar-item", has_text="Run").first.click()
-            page.locator(".lm-Menu-item:visible", has_text="Run All Cells").first.click()
-            try:
-                page.wait_for_function(ALL_RAN_JS, timeout=RUN_ALL_TIMEOUT_MS, polling=500)
-                page.wait_for_function(KERNEL_IDLE_JS, timeout=60_000, polling=250)
-            except Exception:
-                page.screenshot(path=str(tmp_path / f"{assignment}-timeout.png"))
-                states = page.evaluate(CELLS_JS)
-                failures.append(f"{path}: Run All did not reach the end:\n{_describe(states)}")
-                continue
-            states = page.evaluate(CELLS_JS)
-            page.screenshot(path=str(tmp_path / f"{assignment}.png"))
-            report = f"{path}:\n{_describe(states)}"
-            for i in widget_cells:
-                cell = states[i]
-                if cell["errors"] and _says_what_is_missing("\n".join(cell["errors"])):
-                    continue  # the widget shows a model the student has not built yet
-                if not cell["views"] or "Error displaying widget" in cell["text"]:
-                    failures.append(f"{path}: widget cell {i} did not render\n{report}")
-                elif not (cell["drawn"] or "not written yet" in cell["text"]):
-                    failures.append(f"{path}: widget cell {i} neither drew nor said what "
-                                    f"it needs\n{report}")
-            errored = [i for i, c in enumerate(states) if c["errors"]]
-            for i in errored:
-                text = "\n".join(states[i]["errors"])
-                if not _says_what_is_missing(text):
-                    failures.append(f"{path}: cell {i} failed without saying which exercise "
-                                    f"is missing:\n{text[:800]}")
-                if states[i]["cut"]:
-                    failures.append(f"{path}: cell {i}'s message cuts words across lines "
-                                    f"({states[i]['cut'][:5]}):\n{text[:800]}")
-            print(f"{path}: {len(states)} code cells ran, {len(widget_cells)} widgets, "
-                  f"{len(errored)} cells wait for an exercise")
-        finally:
-            page.close()
+    page = chromium.new_page()
+    first_path = released[0][1]
+    page.goto(f"{lab_server.url}/lab/tree/{first_path}?reset&token={lab_server.token}",
+              wait_until="domcontentloaded", timeout=60_000)
+    page.wait_for_function("() => !!window.jupyterapp", timeout=60_000, polling=250)
+    page.evaluate("async () => { await window.jupyterapp.started; "
+                  "await window.jupyterapp.restored; }")
+    try:
+        for assignment, path in released:
+            failures += _run_all(page, assignment, path, builders, lab_server, tmp_path)
+    finally:
+        page.close()
     (tmp_path / "failures.txt").write_text("\n\n".join(failures))
     assert not failures, "\n\n".join(failures)
     assert not chromium.blocked, f"browser tried to leave loopback: {chromium.blocked}"
+
+
+def _run_all(page, assignment, path, builders, lab_server, tmp_path) -> list[str]:
+    """Open ``path`` in front (a tab of its own), Run All, and say what went wrong."""
+    failures = []
+    notebook = json.loads((lab_server.root_dir / path).read_text())
+    widget_cells = _widget_cells(notebook, builders)
+    page.evaluate("async path => { await window.jupyterapp.commands.execute("
+                  "'docmanager:open', {path}); }", path)
+    page.wait_for_function(SHOWS_JS, arg=path, timeout=60_000, polling=100)
+    page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook "
+                           ".jp-CodeCell", timeout=60_000)
+    page.wait_for_function(KERNEL_IDLE_JS, timeout=60_000, polling=250)
+    page.locator("#jp-MainMenu .lm-MenuBar-item", has_text="Run").first.click()
+    page.locator(".lm-Menu-item:visible", has_text="Run All Cells").first.click()
+    try:
+        page.wait_for_function(ALL_RAN_JS, timeout=RUN_ALL_TIMEOUT_MS, polling=500)
+        page.wait_for_function(KERNEL_IDLE_JS, timeout=60_000, polling=250)
+    except Exception:
+        page.screenshot(path=str(tmp_path / f"{assignment}-timeout.png"))
+        states = page.evaluate(CELLS_JS)
+        failures.append(f"{path}: Run All did not reach the end:\n{_describe(states)}")
+        return failures
+    states = page.evaluate(CELLS_JS)
+    page.screenshot(path=str(tmp_path / f"{assignment}.png"))
+    report = f"{path}:\n{_describe(states)}"
+    for i in widget_cells:
+        cell = states[i]
+        if cell["errors"] and _says_what_is_missing("\n".join(cell["errors"])):
+            continue  # the widget shows a model the student has not built yet
+        if not cell["views"] or "Error displaying widget" in cell["text"]:
+            failures.append(f"{path}: widget cell {i} did not render\n{report}")
+        elif not (cell["drawn"] or "not written yet" in cell["text"]):
+            failures.append(f"{path}: widget cell {i} neither drew nor said what "
+                            f"it needs\n{report}")
+    errored = [i for i, c in enumerate(states) if c["errors"]]
+    for i in errored:
+        text = "\n".join(states[i]["errors"])
+        if not _says_what_is_missing(text):
+            failures.append(f"{path}: cell {i} failed without saying which exercise "
+                            f"is missing:\n{text[:800]}")
+        if states[i]["cut"]:
+            failures.append(f"{path}: cell {i}'s message cuts words across lines "
+                            f"({states[i]['cut'][:5]}):\n{text[:800]}")
+    print(f"{path}: {len(states)} code cells ran, {len(widget_cells)} widgets, "
+          f"{len(errored)} cells wait for an exercise")
+    return failures

@@ -260,6 +260,7 @@ def _pool_helpers() -> dict[str, int]:
     for worker in list(getattr(service._POOL, "_processes", {}).values()):
         try:
             descendants = psutil.Process(worker.pid).children(recursive=True)
+            worker_command = psutil.Process(worker.pid).cmdline()
         except psutil.NoSuchProcess:
             continue
         for process in descendants:
@@ -272,7 +273,9 @@ def _pool_helpers() -> dict[str, int]:
                     continue  # a kernel the zygote forked (it keeps the zygote's command)
                 zygotes.add(process.pid)
                 found["zygote"] = process.pid
-            elif "autograder.grading.oracle" in command:
+            elif "autograder.grading.oracle" in command or (
+                    process.ppid() == worker.pid and process.cmdline() == worker_command):
+                # A fresh helper names its module; a forked one keeps the worker's command.
                 found["oracle"] = process.pid
     return found
 

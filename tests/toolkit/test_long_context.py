@@ -202,3 +202,31 @@ def test_the_position_models_layers_equal_their_homes():
     assert norm_copy.state_dict().keys() == norm_home.state_dict().keys()
     norm_home.load_state_dict(norm_copy.state_dict())
     assert torch.allclose(norm_copy(x), norm_home(x), atol=1e-6)
+
+
+def test_the_measurement_is_cached_by_settings_and_code(tmp_path, monkeypatch):
+    """The lecture's table: measured once per machine, read back after; a change to the
+    settings or to the code that measures measures again."""
+    from toolkit.long_context import ExperimentConfig, cached_measurement, experiment
+
+    monkeypatch.setenv("TRANSFORMERS_COURSE_CACHE", str(tmp_path))
+    calls = []
+
+    def fake_measure(models, train_len, progress=True):
+        calls.append(train_len)
+        return {"loss": {"rope": torch.arange(4.0) + len(calls), "learned": None},
+                "passkey": {"rope": {(1, 0.5): 0.5, (8, 0.9): None}}, "train_len": train_len}
+
+    monkeypatch.setattr(experiment, "measure", fake_measure)
+    small = ExperimentConfig(train_len=16)
+    first = cached_measurement({}, small, progress=False)
+    again = cached_measurement({}, small, progress=False)
+    assert calls == [16]
+    assert torch.equal(again["loss"]["rope"], first["loss"]["rope"])
+    assert again["passkey"] == first["passkey"] and again["loss"]["learned"] is None
+    cached_measurement({}, ExperimentConfig(train_len=32), progress=False)
+    assert calls == [16, 32]
+    monkeypatch.setattr(experiment, "_measurement_code_key", lambda: "changed")
+    assert torch.equal(cached_measurement({}, small, progress=False)["loss"]["rope"],
+                       torch.arange(4.0) + 3)
+    assert calls == [16, 32, 16]

@@ -25,6 +25,7 @@ from toolkit.long_context.evaluation import (
 from toolkit.long_context.experiment import (
     MEASUREMENTS,
     ExperimentConfig,
+    cached_measurement,
     cached_models,
     check_measurements_written,
     held_out_windows,
@@ -63,6 +64,7 @@ __all__ = [
     "rope_extension",
     "MEASUREMENTS",
     "ExperimentConfig",
+    "cached_measurement",
     "cached_models",
     "check_measurements_written",
     "held_out_windows",

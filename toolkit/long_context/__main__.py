@@ -1,4 +1,5 @@
-"""``python -m toolkit.long_context``: train the four models once (cached) and print the table."""
+"""``python -m toolkit.long_context``: train the four models and measure them, once (both
+cached), and print the table."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 from toolkit.long_context.experiment import (
     ExperimentConfig,
-    measure,
+    cached_measurement,
     results_table,
     trained_models,
 )
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> str:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     cfg = ExperimentConfig(train_len=args.train_len, steps=args.steps)
-    table = results_table(measure(trained_models(cfg), cfg.train_len))
+    table = results_table(cached_measurement(trained_models(cfg), cfg))
     print(table)
     return table
 

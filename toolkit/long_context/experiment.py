@@ -10,7 +10,8 @@ on the held-out corpus and on passkey prompts up to ``8 L`` tokens, never retrai
 
 :func:`trained_models` trains once and keeps the state dicts in a cache folder
 (``~/.cache/transformers-course/long_context``, or ``$TRANSFORMERS_COURSE_CACHE``), keyed
-by every setting, so a lecture or a notebook that runs it again loads in a second.
+by every setting, so a lecture or a notebook that runs it again loads in a second;
+:func:`cached_measurement` keeps the toolkit's measurement of them there too.
 """
 
 from __future__ import annotations
@@ -238,6 +239,39 @@ def measure(models: dict, train_len: int, *, lengths=(1, 2, 4, 8), n_windows: in
                 results["passkey"].setdefault(label, {})[(multiple, depth)] = accuracy
                 steps.update()
     steps.close()
+    return results
+
+
+def _measurement_code_key() -> str:
+    """A digest of the code a measurement runs: this package and :mod:`toolkit.position`."""
+    digest = hashlib.sha256()
+    toolkit_dir = Path(__file__).resolve().parents[1]
+    for folder in ("long_context", "position"):
+        for path in sorted((toolkit_dir / folder).glob("*.py")):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cached_measurement(models: dict, cfg: ExperimentConfig, *, progress: bool = True) -> dict:
+    """:func:`measure` of the toolkit's own functions on ``models`` (the models of ``cfg``,
+    with its defaults), done once per machine: the results are kept beside the models,
+    keyed by ``cfg`` and by the code that measures (this package and
+    :mod:`toolkit.position`), so a lecture run again, or after ``python -m
+    toolkit.long_context``, prints the table at once. Same return value as :func:`measure`."""
+    path = _cache_dir() / f"measured-{cfg.key()}-{_measurement_code_key()}.pt"
+    if path.exists():
+        try:
+            return torch.load(path, weights_only=True)
+        except Exception:  # noqa: BLE001 - a damaged file is measured again
+            path.unlink(missing_ok=True)
+    results = measure(models, cfg.train_len, progress=progress)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        torch.save(results, partial)
+        partial.replace(path)
+    except OSError:
+        pass  # a cache that cannot be written only costs a measurement next time
     return results
 
 
