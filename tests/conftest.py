@@ -46,26 +46,30 @@ def pytest_unconfigure(config):
         shutil.rmtree(config._checkpoint_cache, ignore_errors=True)
 
 
-#: The longest units, longest first (seconds each, in a `make test` from a fresh clone on
-#: a 2-core machine whose checkpoint cache held every checkpoint): they start at once, and
+#: The longest units, longest first (seconds each, in a `make test` at 00bdf27 on a 2-core
+#: machine whose caches held every checkpoint and measurement): they start at once, and
 #: the short files fill the gaps around them.
 _VALIDATE = "tests/assignments/test_validate_assignments.py::TestValidate_"
 LONGEST_FIRST = (
-    "tests/autograder/test_recovery_and_dask.py",  # about 190 in all, its longest test 62
-    "tests/browser/test_run_all_released.py",    # 142
-    "tests/course/test_lectures.py",             # about 120 in all, its longest lecture 49
-    f"{_VALIDATE}05_blocks",                     # 102
-    "tests/course/test_assignments_student_toolkit.py",
-    f"{_VALIDATE}07_capstone",                   # 72
-    f"{_VALIDATE}04_flash_attention",            # 72
-    f"{_VALIDATE}08_encoder_decoder",            # 58
-    f"{_VALIDATE}06_beyond_attention",           # 57
-    f"{_VALIDATE}02_positional",                 # 54
-    "tests/autograder/test_postgres.py",
-    f"{_VALIDATE}03_efficient_attention",        # 48
-    "tests/browser/test_course_panel.py",        # 45
-    "tests/labext/test_handlers.py",
-    f"{_VALIDATE}01_attention",                  # 34
+    "tests/course/test_assignments_student_toolkit.py",  # 118 in all, 16 notebooks
+    "tests/autograder/test_recovery_and_dask.py",  # 82 in all, its longest test 25
+    "tests/browser/test_run_all_released.py",    # 72
+    "tests/course/test_lectures.py",             # about 70 in all, its longest lecture 21
+    f"{_VALIDATE}05_blocks",                     # 46
+    "tests/autograder/test_postgres.py",         # 42
+    "tests/browser/test_course_panel.py",        # 38
+    f"{_VALIDATE}06_beyond_attention",           # 37
+    "tests/autograder/test_caps.py",             # 31
+    "tests/labext/test_handlers.py",             # 30
+    f"{_VALIDATE}04_flash_attention",            # 28
+    f"{_VALIDATE}03_efficient_attention",        # 28
+    f"{_VALIDATE}02_positional",                 # 27
+    "tests/browser/test_student_round.py",       # 26
+    "tests/course/test_lectures_student_toolkit.py",  # 25
+    f"{_VALIDATE}07_capstone",                   # 23
+    "tests/browser/test_nbgrader_day.py",        # 22
+    f"{_VALIDATE}08_encoder_decoder",            # 18
+    f"{_VALIDATE}01_attention",                  # 16
 )
 
 
