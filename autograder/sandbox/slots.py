@@ -116,9 +116,23 @@ def kill_strays(slot: int, everything: bool = False) -> int:
     return len(killed)
 
 
+#: The fields of ``/proc/PID/status`` this module reads (they come in its first ten lines).
+_STATUS_FIELDS = frozenset({"State", "PPid", "Uid"})
+
+
 def _status_fields(pid: int) -> dict[str, str]:
+    """``State``, ``PPid`` and ``Uid`` from ``/proc/PID/status``: the reading stops once
+    they are found (a sweep reads the file of every process on the machine, many times a
+    submission, and the rest of each file is some fifty lines)."""
+    found = {}
     with open(f"/proc/{pid}/status") as f:
-        return dict(line.split(":\t", 1) for line in f if ":\t" in line)
+        for line in f:
+            key, tab, value = line.partition(":\t")
+            if tab and key in _STATUS_FIELDS:
+                found[key] = value
+                if len(found) == len(_STATUS_FIELDS):
+                    break
+    return found
 
 
 def uid_of(pid: int) -> int | None:
