@@ -363,7 +363,7 @@ class _ForkedHelper:
 
     @staticmethod
     def can_fork(uses_gpu: bool) -> bool:
-        return (not uses_gpu and threading.active_count() == 1
+        return (not uses_gpu and threading.active_count() == 1 and os.path.isdir("/proc/self/fd")
                 and "torch" in sys.modules and not sys.modules["torch"].cuda.is_initialized())
 
     @staticmethod
@@ -377,10 +377,10 @@ class _ForkedHelper:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 2)  # as the fresh helper's stderr=DEVNULL
-        keep = sorted({stdin_fd, stdout_fd})
-        os.closerange(3, keep[0])  # nothing of the worker's pipes stays open here
-        os.closerange(keep[0] + 1, keep[1])
-        os.closerange(keep[1] + 1, os.sysconf("SC_OPEN_MAX"))
+        for name in os.listdir("/proc/self/fd"):  # nothing of the worker's stays open here
+            if int(name) > 2 and int(name) not in (stdin_fd, stdout_fd):
+                with contextlib.suppress(OSError):  # the listing's own descriptor, gone
+                    os.close(int(name))
         os.environ.clear()
         os.environ.update(environment)
         torch.set_num_threads(1)  # what OMP_NUM_THREADS=1 gives the fresh helper
