@@ -345,8 +345,8 @@ class _ForkedHelper:
     environment and one torch thread, and never returns into the caller's code."""
 
     def __init__(self, environment: dict[str, str]):
-        to_child, from_parent = os.pipe()[::-1]
-        to_parent, from_child = os.pipe()[::-1]
+        from_parent, to_child = os.pipe()  # (read end, write end)
+        from_child, to_parent = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:  # the helper
             code = 1

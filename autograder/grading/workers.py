@@ -34,6 +34,8 @@ import threading
 from concurrent.futures import CancelledError, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
+from ..sandbox.slots import process_running
+
 #: prctl option (sys/prctl.h): the signal this process gets when its parent dies.
 PR_SET_PDEATHSIG = 1
 #: Seconds a stopped worker gets to clean up before it is killed.
@@ -171,7 +173,7 @@ def _started(grader_pid: int, environ: dict[str, str]) -> None:
     with contextlib.suppress(AttributeError, OSError):  # prctl is Linux's
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
     _drop_fork_server_pipe()
-    if os.getppid() != parent or not _running(grader_pid):  # gone before prctl took effect
+    if os.getppid() != parent or not process_running(grader_pid):  # gone before prctl took effect
         _stop(signal.SIGTERM, None)
 
 
@@ -186,16 +188,6 @@ def _drop_fork_server_pipe() -> None:
         with contextlib.suppress(OSError):
             os.close(alive)
         state._forkserver_alive_fd = None
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _stop(signum, frame):

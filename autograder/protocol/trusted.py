@@ -198,7 +198,7 @@ class Submission:
     def _run_in_kernel(self, code: str, timeout: float) -> None:
         try:
             # _request has just called ensure_alive.
-            content = self._session.execute_silently(code, timeout=timeout, alive_checked=True)
+            content = self._session.execute_silently(code, timeout=timeout)
         except TimeoutError:
             raise SubmissionError(f"no answer within {timeout:g}s (an infinite loop?)") from None
         except Exception as exc:  # DeadKernelError and transport failures

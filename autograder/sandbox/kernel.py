@@ -405,7 +405,8 @@ class SandboxedKernel:
 
     # -- the check transport -------------------------------------------------------
     def install_bridge(self, source: str) -> None:
-        """Define ``__autograder__`` in the kernel from ``kernel_side.kernel_source()``."""
+        """Define ``__autograder__`` in the kernel from ``kernel_side.kernel_source()``
+        (in a running kernel: ask :meth:`alive` first)."""
         self._bridge_source = source
         code = (
             "def __autograder_install(src):\n"
@@ -418,14 +419,13 @@ class SandboxedKernel:
         )
         self.execute_silently(code, timeout=60)
 
-    def execute_silently(self, code: str, timeout: float, alive_checked: bool = False) -> dict:
-        """Run code in the kernel and return the reply content. ``alive_checked``: the
-        caller has just made sure the kernel runs (:meth:`ensure_alive`), so it is not
-        asked again (for a forked kernel, each asking is a round trip to the fork server).
+    def execute_silently(self, code: str, timeout: float) -> dict:
+        """Run code in the kernel and return the reply content. The caller has made sure
+        the kernel runs (:meth:`alive` before :meth:`install_bridge`, :meth:`ensure_alive`
+        before a check request): it is not asked again here, since for a forked kernel each
+        asking is a round trip to the fork server.
 
-        Raises TimeoutError or DeadKernelError."""
-        if not alive_checked and not self.alive():
-            raise DeadKernelError("the kernel is not running")
+        Raises TimeoutError."""
         kc = self.client.kc
         self._answered = False
         try:

@@ -143,6 +143,17 @@ def uid_of(pid: int) -> int | None:
         return None
 
 
+def process_running(pid: int) -> bool:
+    """Whether a process ``pid`` exists (someone else's included)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, as another user's
+        return True
+    return True
+
+
 def processes_of(uid: int) -> dict[int, int]:
     """``{pid: parent pid}`` for every live process whose real uid is ``uid``.
 

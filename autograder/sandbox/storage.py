@@ -42,6 +42,7 @@ from pathlib import Path
 
 from ..limits import COVER_BYTES, Limits, format_size
 from .inside import confine
+from .slots import process_running
 
 #: Files the grader itself keeps in a working directory (connection file, sockets,
 #: IPython's and matplotlib's folders, the check exchange): not counted against the cap.
@@ -115,19 +116,9 @@ def stale_scratch_folders(prefix: str) -> list[Path]:
     stale = []
     for path in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
         pid = path.name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)) and path.is_dir():
+        if pid.isdigit() and not process_running(int(pid)) and path.is_dir():
             stale.append(path)
     return stale
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @atexit.register
