@@ -42,6 +42,8 @@ PYTEST_OPTIONS = [
     "-p", "no:terminal",
     # Its clean-up runs gc.collect() over and over: half a second per submission.
     "-p", "no:unraisableexception",
+    # It captures log records around every phase of every check; no check reads them.
+    "-p", "no:logging",
     "--import-mode=importlib",
     "-W", "ignore",
     "-o", "python_files=test_*.py",

@@ -189,44 +189,45 @@ def _grade(course, spec, students, workers, scheduler, force, progress, log, cel
     def jobs():
         """Each notebook's job, read and sanitised against the gradebook. A local pool
         takes them as they come, so its workers start while the rest are prepared."""
-        with course.gradebook() as gb:
-            cells = {nb_id: grade_cell_ids(gb, nb_id, spec.name) for nb_id in spec.notebooks}
-            for student in todo:
-                for notebook_id in spec.notebooks:
-                    points, manual = cells[notebook_id]
-                    pending[student]["notebooks"][notebook_id] = (points, manual)
-                    job = _job(course, spec, student, notebook_id, gb, points)
-                    if isinstance(job, NotebookResult):
-                        _finish(course, spec, job, pending)
-                        bar.update(1)
-                    elif student in focus:
-                        yield dataclasses.replace(job, grade_cells=tuple(focus[student]))
-                    else:
-                        yield job
+        cells = {nb_id: grade_cell_ids(gb, nb_id, spec.name) for nb_id in spec.notebooks}
+        for student in todo:
+            for notebook_id in spec.notebooks:
+                points, manual = cells[notebook_id]
+                pending[student]["notebooks"][notebook_id] = (points, manual)
+                job = _job(course, spec, student, notebook_id, gb, points)
+                if isinstance(job, NotebookResult):
+                    _finish(course, spec, gb, job, pending)
+                    bar.update(1)
+                elif student in focus:
+                    yield dataclasses.replace(job, grade_cells=tuple(focus[student]))
+                else:
+                    yield job
 
     unfinished = []  # jobs whose worker stopped: not the submission's fault, not recorded
     misplaced = []  # jobs a worker could not see the files of: not recorded either
-    try:
-        for job, result in _execute(jobs(), len(todo) * len(spec.notebooks), workers,
-                                    scheduler):
-            raise_if_stop_requested()  # a Ctrl-C the interpreter swallowed stops us here
-            if isinstance(result, BaseException) and worker_stopped(result):
-                unfinished.append(job)
-                continue
-            if isinstance(result, WorkerSetupError):
-                misplaced.append((job, result))
-                continue
-            if isinstance(result, BaseException):
-                error = f"grading error: {type(result).__name__}: {result}"
-                result = NotebookResult.not_run(job, error, isolation)
-            _finish(course, spec, result, pending)
-            bar.update(1)
-    except writer.DiskFull as exc:
-        done = sum(1 for state in pending.values() if state.get("recorded"))
-        raise writer.DiskFull(f"{exc} ({done} of {len(todo)} submissions were recorded "
-                              "in this run)") from None
-    finally:
-        bar.close()
+    # One gradebook for the whole run: each opening makes a new database engine.
+    with course.gradebook() as gb:
+        try:
+            for job, result in _execute(jobs(), len(todo) * len(spec.notebooks), workers,
+                                        scheduler):
+                raise_if_stop_requested()  # a Ctrl-C the interpreter swallowed stops us here
+                if isinstance(result, BaseException) and worker_stopped(result):
+                    unfinished.append(job)
+                    continue
+                if isinstance(result, WorkerSetupError):
+                    misplaced.append((job, result))
+                    continue
+                if isinstance(result, BaseException):
+                    error = f"grading error: {type(result).__name__}: {result}"
+                    result = NotebookResult.not_run(job, error, isolation)
+                _finish(course, spec, gb, result, pending)
+                bar.update(1)
+        except writer.DiskFull as exc:
+            done = sum(1 for state in pending.values() if state.get("recorded"))
+            raise writer.DiskFull(f"{exc} ({done} of {len(todo)} submissions were recorded "
+                                  "in this run)") from None
+        finally:
+            bar.close()
     if misplaced:
         students = sorted({job.student for job, _ in misplaced})
         raise CourseError(
@@ -244,12 +245,13 @@ def _grade(course, spec, students, workers, scheduler, force, progress, log, cel
     return {"graded": graded, "skipped": skipped, "isolation": isolation}
 
 
-def _finish(course, spec, result: NotebookResult, pending) -> None:
-    """Record one notebook; once a student's last notebook is in, their results file."""
+def _finish(course, spec, gb, result: NotebookResult, pending) -> None:
+    """Record one notebook (in the open gradebook ``gb``); once a student's last notebook
+    is in, their results file."""
     student, notebook_id = result.student, result.notebook_id
     points, manual = pending[student]["notebooks"][notebook_id]
     summary = writer.record(
-        course, spec, result, points, manual, course.path("submitted", student, spec.name)
+        course, spec, gb, result, points, manual, course.path("submitted", student, spec.name)
     )
     state = pending[student]
     state.setdefault("done", {})[notebook_id] = summary

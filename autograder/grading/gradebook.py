@@ -133,6 +133,7 @@ def annotate_notebook(nb, table: dict, events: list[str], findings: list[str], i
 def record(
     course: Course,
     spec,
+    gradebook,
     result: NotebookResult,
     auto_points: dict,
     manual_ids: set,
@@ -140,8 +141,9 @@ def record(
 ) -> dict:
     """Write the autograded notebook and the gradebook rows for one notebook.
 
-    Returns the summary stored in our results file. Raises :class:`DiskFull`, having
-    changed nothing, when the workspace's disk has no room for it.
+    ``gradebook``: the course's nbgrader ``Gradebook``, open. Returns the summary stored
+    in our results file. Raises :class:`DiskFull`, having changed nothing, when the
+    workspace's disk has no room for it.
     """
     student, notebook_id = result.student, result.notebook_id
     table = score_cells(auto_points, result.checks, result.diagnoses,
@@ -174,8 +176,8 @@ def record(
             # nbgrader keeps a submission's other files beside the autograded notebook.
             for item in extra:
                 _atomic_copy(item, autograded / item.name)
-        _write_gradebook(course, spec, student, notebook_id, table, manual_ids, manual_scores,
-                         submission_dir, graded=nb is not None)
+        _write_gradebook(gradebook, spec, student, notebook_id, table, manual_ids,
+                         manual_scores, submission_dir, graded=nb is not None)
     return {
         "notebook_id": notebook_id,
         "autograded": text is not None,  # whether autograded/ holds the notebook
@@ -192,10 +194,11 @@ def record(
     }
 
 
-def _write_gradebook(course, spec, student, notebook_id, table, manual_ids, manual_scores,
+def _write_gradebook(gb, spec, student, notebook_id, table, manual_ids, manual_scores,
                      submission_dir, graded: bool) -> None:
-    """The gradebook rows of one notebook (a failed write is rolled back)."""
-    with course.gradebook() as gb, warnings.catch_warnings():
+    """The gradebook rows of one notebook, in the open gradebook ``gb`` (a failed write is
+    rolled back)."""
+    with warnings.catch_warnings():
         # nbgrader's own session handling triggers harmless SQLAlchemy autoflush warnings.
         warnings.simplefilter("ignore")
         try:

@@ -5,14 +5,24 @@ OverwriteKernelspec, OverwriteCells with missing cells added back,
 CheckCellMetadata). Before they run we compare the submission with the
 gradebook's copy of every locked cell, so the report can say *what* was
 tampered with: deleted, edited or re-ordered test cells, edited points.
+
+Two of nbgrader's steps run through thin subclasses that change what they cost, not what
+they do (a test holds them to nbgrader's results): ``OverwriteCells`` on the gradebook the
+grader has open, where nbgrader's opens a new one per notebook, and ``CheckCellMetadata``
+with the schema's validator built once, where nbgrader's checks the schema again for
+every cell.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
+import jsonschema
 import nbformat
+from nbgrader.nbgraderformat import MetadataValidator
+from nbgrader.nbgraderformat.common import BaseMetadataValidator
 from nbgrader.preprocessors import (
     CheckCellMetadata,
     ClearOutput,
@@ -20,6 +30,7 @@ from nbgrader.preprocessors import (
     OverwriteCells,
     OverwriteKernelspec,
 )
+from nbgrader.preprocessors.base import NbGraderPreprocessor
 
 from ..jobs import Job
 from ..sandbox.isolation import hidden_from_kernels
@@ -106,8 +117,73 @@ def tamper_report(
     return findings
 
 
+class OverwriteCellsFromGradebook(OverwriteCells):
+    """nbgrader's ``OverwriteCells`` on the gradebook the grader has open: its own
+    ``preprocess`` opens a new ``Gradebook`` (a new database engine, its tables inspected)
+    for every notebook. The rest is nbgrader's."""
+
+    def __init__(self, gradebook, **kwargs):
+        super().__init__(**kwargs)
+        self._open_gradebook = gradebook
+
+    def preprocess(self, nb, resources):
+        self.notebook_id = resources["nbgrader"]["notebook"]
+        self.assignment_id = resources["nbgrader"]["assignment"]
+        self.db_url = resources["nbgrader"]["db_url"]
+        self.gradebook = self._open_gradebook
+        nb, resources = NbGraderPreprocessor.preprocess(self, nb, resources)  # cell by cell
+        if self.add_missing_cells:
+            nb, resources = self.add_missing_grade_cells(nb, resources)
+            nb, resources = self.add_missing_task_cells(nb, resources)
+        return nb, resources
+
+
+@functools.cache
+def _metadata_schema_validator() -> jsonschema.protocols.Validator:
+    schema = MetadataValidator().schema
+    validator_class = jsonschema.validators.validator_for(schema)
+    validator_class.check_schema(schema)
+    return validator_class(schema)
+
+
+class _SchemaValidatorOnce(BaseMetadataValidator):
+    """The schema part of nbgrader's cell validation with the schema's validator built
+    once: ``jsonschema.validate``, which nbgrader calls for every cell, checks the schema
+    itself each time first. Same checks, same errors."""
+
+    def validate_cell(self, cell) -> None:
+        meta = cell.metadata.get("nbgrader")
+        if meta is None or meta.get("schema_version", 0) != self.schema_version:
+            return super().validate_cell(cell)  # nothing to check, or its version error
+        error = jsonschema.exceptions.best_match(_metadata_schema_validator().iter_errors(meta))
+        if error is not None:
+            raise error
+
+
+class _MetadataValidatorOnce(MetadataValidator, _SchemaValidatorOnce):
+    """nbgrader's metadata validator (its own checks first, then its base's, which
+    :class:`_SchemaValidatorOnce` stands in front of: ``MetadataValidator``'s ``super()``
+    reaches it before nbgrader's base)."""
+
+
+class CheckCellMetadataOnce(CheckCellMetadata):
+    """nbgrader's ``CheckCellMetadata`` through :class:`_MetadataValidatorOnce`, failing
+    as nbgrader's does."""
+
+    def preprocess(self, nb, resources):
+        try:
+            _MetadataValidatorOnce().validate_nb(nb)
+        except jsonschema.ValidationError as exc:
+            raise jsonschema.ValidationError(
+                "Notebook failed to validate; the nbgrader metadata may be corrupted."
+            ) from exc
+        return nb, resources
+
+
 def sanitize(nb, *, db_url: str, assignment: str, notebook_id: str, student: str, gradebook):
-    """Return (sanitised notebook, findings). Never raises for a student's edits."""
+    """Return (sanitised notebook, findings). Never raises for a student's edits.
+
+    ``gradebook``: an open nbgrader ``Gradebook`` of ``db_url``."""
     findings = tamper_report(nb, gradebook, notebook_id, assignment)
     resources = {
         "nbgrader": {
@@ -117,18 +193,18 @@ def sanitize(nb, *, db_url: str, assignment: str, notebook_id: str, student: str
             "student": student,
         }
     }
-    steps = [
-        ClearOutput(),
-        DeduplicateIds(),
-        OverwriteKernelspec(),
-        OverwriteCells(add_missing_cells=True),
-        CheckCellMetadata(),
-    ]
-    for step in steps:
+    steps = {  # nbgrader's name -> the step
+        "ClearOutput": ClearOutput(),
+        "DeduplicateIds": DeduplicateIds(),
+        "OverwriteKernelspec": OverwriteKernelspec(),
+        "OverwriteCells": OverwriteCellsFromGradebook(gradebook, add_missing_cells=True),
+        "CheckCellMetadata": CheckCellMetadataOnce(),
+    }
+    for name, step in steps.items():
         try:
             nb, resources = step.preprocess(nb, resources)
         except Exception as exc:  # e.g. metadata that fails nbgrader's schema
-            findings.append(f"{type(step).__name__} could not process the notebook: {exc}"[:300])
+            findings.append(f"{name} could not process the notebook: {exc}"[:300])
     return nb, findings
 
 

@@ -113,6 +113,26 @@ class _AutograderBridge:
         with open(request["reply"], "w") as f:
             json.dump(reply, f)
 
+    def listen(self, kernel, message_type):
+        """Answer the grader's ``message_type`` shell messages (content ``{"request":
+        path}``) with :meth:`handle`, replying ``{"status": "ok"}`` or the error: cheaper
+        than running ``__autograder__.handle(path)`` as a cell (nothing to transform,
+        compile and run, no pause before the reply; ``benchmarks/check_requests.py``
+        measures both). ``kernel`` is the running ipykernel; its dispatcher calls the
+        handler with SIGINT turned into KeyboardInterrupt, as it runs code."""
+
+        def on_request(stream, idents, parent):
+            try:
+                self.handle(parent["content"]["request"])
+                content = {"status": "ok"}
+            except BaseException as exc:  # an interrupt included: the grader waits for a reply
+                content = {"status": "error", "ename": type(exc).__name__,
+                           "evalue": str(exc)[: self.MAX_MESSAGE]}
+            reply_type = message_type.removesuffix("_request") + "_reply"  # Jupyter's naming
+            kernel.session.send(stream, reply_type, content, parent, idents)
+
+        kernel.shell_handlers[message_type] = on_request
+
     def respond(self, request, tensors):
         """``(reply, result tensors)`` for a decoded request, with no files involved.
 

@@ -5,9 +5,9 @@ A hidden check never imports or executes student code. It calls, e.g.::
     out = submission.call("scaled_dot_product_attention", q, k, v, mask=mask)
 
 which writes the inputs to a safetensors file and a JSON request into the
-submission's private working directory, asks the kernel to run
-``__autograder__.handle(request)`` (see :mod:`autograder.protocol.kernel_side`) and reads the
-reply back. Only JSON and safetensors cross the boundary (never pickle), both are
+submission's private working directory, asks the kernel's bridge to answer it (one
+``autograder_request`` shell message, which ``__autograder__.handle(request)`` answers; see
+:mod:`autograder.protocol.kernel_side`) and reads the reply back. Only JSON and safetensors cross the boundary (never pickle), both are
 size-capped and validated here, and all comparisons happen in this process.
 """
 
@@ -182,7 +182,7 @@ class Submission:
         return result
 
     def _answer(self, paths: dict[str, Path], timeout: float) -> Any:
-        self._run_in_kernel(f"__autograder__.handle({str(paths['request.json'])!r})", timeout)
+        self._run_in_kernel(str(paths["request.json"]), timeout)
         reply = _read_json(paths["reply.json"])
         shortcut = forbidden_shortcut(reply)
         if shortcut is not None:
@@ -195,10 +195,11 @@ class Submission:
             p.unlink(missing_ok=True)
         return decode_reply(reply, result_tensors)
 
-    def _run_in_kernel(self, code: str, timeout: float) -> None:
+    def _run_in_kernel(self, request_path: str, timeout: float) -> None:
+        """Have the kernel's bridge answer the request written at ``request_path``."""
         try:
             # _request has just called ensure_alive.
-            content = self._session.execute_silently(code, timeout=timeout)
+            content = self._session.request(request_path, timeout=timeout)
         except TimeoutError:
             raise SubmissionError(f"no answer within {timeout:g}s (an infinite loop?)") from None
         except Exception as exc:  # DeadKernelError and transport failures

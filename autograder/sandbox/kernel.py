@@ -16,9 +16,9 @@
   ``os._exit``, the memory cap) or fills one of its areas is stopped and noted, the
   kernel is restarted on empty areas and the cells that had worked are replayed, so
   one bad cell costs only what depends on it;
-* **answering check requests**: :meth:`SandboxedKernel.execute_silently` and
-  :meth:`SandboxedKernel.ensure_alive` are the transport of the trusted checks
-  (:mod:`autograder.protocol.trusted`);
+* **answering check requests**: :meth:`SandboxedKernel.install_bridge`,
+  :meth:`SandboxedKernel.request` and :meth:`SandboxedKernel.ensure_alive` are the
+  transport of the trusted checks (:mod:`autograder.protocol.trusted`);
 * **stopping**: :meth:`SandboxedKernel.close` (or leaving its ``with`` block) stops the
   kernel, kills every process of its uid, gives its storage back and its slot.
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import queue
 import threading
 import time
 from pathlib import Path
@@ -48,6 +49,8 @@ from .storage import Storage, caps_in_force, new_scratch, scratch_root
 
 #: Marks a cell in the notebook as not executed while grading (widgets, long demos).
 SKIP_TAG = "skip-grading"
+#: The shell message that asks the check bridge to answer one request (:meth:`request`).
+BRIDGE_REQUEST = "autograder_request"
 MAX_OUTPUT_CHARS = 20_000
 _TIMEOUT_ENAME = "CellTimeoutError"
 #: How often the watchdog looks at the storage caps while a kernel runs.
@@ -416,8 +419,36 @@ class SandboxedKernel:
             "    return module.make_bridge(get_ipython().user_ns)\n"
             f"__autograder__ = __autograder_install({source!r})\n"
             "del __autograder_install\n"
+            f"__autograder__.listen(get_ipython().kernel, {BRIDGE_REQUEST!r})\n"
         )
         self.execute_silently(code, timeout=60)
+
+    def request(self, path: str, timeout: float) -> dict:
+        """Ask the bridge (:meth:`install_bridge`) to answer the check request in ``path``:
+        one :data:`BRIDGE_REQUEST` shell message, whose reply content (``{"status": "ok"}``
+        or the error's ``ename`` and ``evalue``) is returned. As for
+        :meth:`execute_silently`, the caller has made sure the kernel runs.
+
+        Raises TimeoutError (having interrupted the kernel)."""
+        kc = self.client.kc
+        self._answered = False
+        message = kc.session.msg(BRIDGE_REQUEST, {"request": path})
+        kc.shell_channel.send(message)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise queue.Empty
+                reply = run_sync(kc._async_get_shell_msg)(timeout=left)
+            except queue.Empty:
+                with contextlib.suppress(Exception):
+                    run_sync(self.km.interrupt_kernel)()
+                raise TimeoutError(f"no reply within {timeout:g}s") from None
+            # (a reply to an earlier request that timed out is passed over)
+            if reply["parent_header"].get("msg_id") == message["header"]["msg_id"]:
+                self._answered = True
+                return reply["content"]
 
     def execute_silently(self, code: str, timeout: float) -> dict:
         """Run code in the kernel and return the reply content. The caller has made sure

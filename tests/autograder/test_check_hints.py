@@ -55,8 +55,8 @@ class InProcessKernel:
     def ensure_alive(self, nb) -> bool:
         return True
 
-    def execute_silently(self, code: str, timeout: float) -> dict:
-        exec(code, {"__autograder__": self.bridge})
+    def request(self, path: str, timeout: float) -> dict:
+        self.bridge.handle(path)
         return {"status": "ok"}
 
 
