@@ -95,7 +95,17 @@ def cmd_collect(args) -> int:
     return 0
 
 
+def _local_pool_likely(args) -> bool:
+    """Whether ``grade`` will most likely grade in a local pool of two or more workers."""
+    workers = args.workers or os.cpu_count() or 1
+    return not args.scheduler and workers > 1 and (not args.student or len(args.student) > 1)
+
+
 def cmd_grade(args) -> int:
+    if _local_pool_likely(args):
+        from ..grading.workers import start_fork_server
+
+        start_fork_server()  # its imports run while ours do
     from ..grading.grade import grade
 
     course = _course(args)

@@ -108,6 +108,15 @@ def worker_stopped(error: BaseException) -> bool:
 WORKER_PRELOAD = ["autograder.grading.runner"]
 
 
+def start_fork_server() -> None:
+    """Start multiprocessing's fork server now, importing :data:`WORKER_PRELOAD`, without
+    waiting for it. The first worker of :func:`worker_pool` waits until those imports are
+    done (about a second of CPU): started first thing, they run while the grader imports
+    its own libraries and reads the submissions. Idempotent."""
+    multiprocessing.get_context("forkserver").set_forkserver_preload(WORKER_PRELOAD)
+    multiprocessing.forkserver.ensure_running()
+
+
 def worker_pool(workers: int) -> ProcessPoolExecutor:
     """A pool of ``workers`` processes that stop when the grader does.
 

@@ -7,8 +7,9 @@ A hidden check never imports or executes student code. It calls, e.g.::
 which writes the inputs to a safetensors file and a JSON request into the
 submission's private working directory, asks the kernel's bridge to answer it (one
 ``autograder_request`` shell message, which ``__autograder__.handle(request)`` answers; see
-:mod:`autograder.protocol.kernel_side`) and reads the reply back. Only JSON and safetensors cross the boundary (never pickle), both are
-size-capped and validated here, and all comparisons happen in this process.
+:mod:`autograder.protocol.kernel_side`) and reads the reply back. Only JSON and
+safetensors cross the boundary (never pickle), both are size-capped and validated here,
+and all comparisons happen in this process.
 """
 
 from __future__ import annotations
