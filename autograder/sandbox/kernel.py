@@ -440,7 +440,7 @@ class SandboxedKernel:
             try:
                 if left <= 0:
                     raise queue.Empty
-                reply = run_sync(kc._async_get_shell_msg)(timeout=left)
+                reply = run_sync(kc.get_shell_msg)(timeout=left)
             except queue.Empty:
                 with contextlib.suppress(Exception):
                     run_sync(self.km.interrupt_kernel)()
