@@ -95,20 +95,26 @@ def cmd_collect(args) -> int:
     return 0
 
 
-def _local_pool_likely(args) -> bool:
-    """Whether ``grade`` will most likely grade in a local pool of two or more workers."""
+def _local_pool_likely(args, course: Course) -> bool:
+    """Whether ``grade`` will most likely grade in a local pool of two or more workers:
+    two or more submissions of which one at least has no results yet (or ``--force``)."""
     workers = args.workers or os.cpu_count() or 1
-    return not args.scheduler and workers > 1 and (not args.student or len(args.student) > 1)
+    if args.scheduler or workers < 2:
+        return False
+    students = args.student or course.students_with_submissions(args.name)
+    results = course.results_dir(args.name)
+    return len(students) > 1 and (
+        args.force or not all((results / f"{s}.json").is_file() for s in students))
 
 
 def cmd_grade(args) -> int:
-    if _local_pool_likely(args):
+    course = _course(args)
+    if _local_pool_likely(args, course):
         from ..grading.workers import start_fork_server
 
         start_fork_server()  # its imports run while ours do
     from ..grading.grade import grade
 
-    course = _course(args)
     result = grade(
         course,
         args.name,

@@ -126,8 +126,11 @@ class _AutograderBridge:
                 self.handle(parent["content"]["request"])
                 content = {"status": "ok"}
             except BaseException as exc:  # an interrupt included: the grader waits for a reply
-                content = {"status": "error", "ename": type(exc).__name__,
-                           "evalue": str(exc)[: self.MAX_MESSAGE]}
+                try:
+                    detail = str(exc)[: self.MAX_MESSAGE]
+                except BaseException:  # an exception whose message itself raises
+                    detail = "(its message could not be read)"
+                content = {"status": "error", "ename": type(exc).__name__, "evalue": detail}
             reply_type = message_type.removesuffix("_request") + "_reply"  # Jupyter's naming
             kernel.session.send(stream, reply_type, content, parent, idents)
 
