@@ -96,15 +96,17 @@ def cmd_collect(args) -> int:
 
 
 def _local_pool_likely(args, course: Course) -> bool:
-    """Whether ``grade`` will most likely grade in a local pool of two or more workers:
-    two or more submissions of which one at least has no results yet (or ``--force``)."""
-    workers = args.workers or os.cpu_count() or 1
-    if args.scheduler or workers < 2:
+    """Whether ``grade`` will most likely grade in a local pool (see
+    :func:`~autograder.grading.workers.local_workers`), counting as jobs the submissions
+    without results yet (all of them with ``--force``)."""
+    from ..grading.workers import local_workers
+
+    if args.scheduler:
         return False
     students = args.student or course.students_with_submissions(args.name)
     results = course.results_dir(args.name)
-    return len(students) > 1 and (
-        args.force or not all((results / f"{s}.json").is_file() for s in students))
+    todo = [s for s in students if args.force or not (results / f"{s}.json").is_file()]
+    return bool(todo) and local_workers(args.workers, len(todo)) > 1
 
 
 def cmd_grade(args) -> int:

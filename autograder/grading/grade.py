@@ -33,6 +33,7 @@ from ..workspace.course import AssignmentSpec, Course, CourseError
 from . import gradebook as writer
 from .sanitize import NotGradable, grade_cell_ids, sanitized_job
 from .workers import (
+    local_workers,
     raise_if_stop_requested,
     stop_workers,
     stops_cleanly,
@@ -186,8 +187,8 @@ def _grade(course, spec, students, workers, scheduler, force, progress, log, cel
         file=sys.stderr,
     )
 
-    def jobs():
-        """Each notebook's job, read and sanitised against the gradebook. A local pool
+    def jobs(gb):
+        """Each notebook's job, read and sanitised against the gradebook ``gb``. A local pool
         takes them as they come, so its workers start while the rest are prepared."""
         cells = {nb_id: grade_cell_ids(gb, nb_id, spec.name) for nb_id in spec.notebooks}
         for student in todo:
@@ -208,7 +209,7 @@ def _grade(course, spec, students, workers, scheduler, force, progress, log, cel
     # One gradebook for the whole run: each opening makes a new database engine.
     with course.gradebook() as gb:
         try:
-            for job, result in _execute(jobs(), len(todo) * len(spec.notebooks), workers,
+            for job, result in _execute(jobs(gb), len(todo) * len(spec.notebooks), workers,
                                         scheduler):
                 raise_if_stop_requested()  # a Ctrl-C the interpreter swallowed stops us here
                 if isinstance(result, BaseException) and worker_stopped(result):
@@ -277,7 +278,7 @@ def _execute(jobs: Iterable[Job], count: int, workers: int | None, scheduler: st
     ``count``: at most how many jobs ``jobs`` yields (it sizes the pool). A local pool of
     two or more workers submits each job as ``jobs`` yields it; Dask and a single worker
     take the whole list first."""
-    workers = max(1, workers or min(count, os.cpu_count() or 1))
+    workers = local_workers(workers, count)
     if scheduler or workers == 1:
         jobs = list(jobs)
         if not jobs:

@@ -108,6 +108,12 @@ def worker_stopped(error: BaseException) -> bool:
 WORKER_PRELOAD = ["autograder.grading.runner"]
 
 
+def local_workers(workers: int | None, jobs: int) -> int:
+    """How many local worker processes grade ``jobs`` jobs when ``workers`` were asked for
+    (None: one per core, no more than there are jobs). One means no pool."""
+    return max(1, workers or min(jobs, os.cpu_count() or 1))
+
+
 def start_fork_server() -> None:
     """Start multiprocessing's fork server now, importing :data:`WORKER_PRELOAD`, without
     waiting for it. The first worker of :func:`worker_pool` waits until those imports are
@@ -125,11 +131,10 @@ def worker_pool(workers: int) -> ProcessPoolExecutor:
     :data:`WORKER_PRELOAD` before it forks anyone; never from the grader itself, which
     holds threads and a gradebook connection. A worker takes the grader's environment as
     it is when the pool starts, as a spawned process would."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(WORKER_PRELOAD)
+    start_fork_server()  # already running if the grader started it early
     return ProcessPoolExecutor(
         max_workers=workers,
-        mp_context=context,
+        mp_context=multiprocessing.get_context("forkserver"),
         initializer=_started,
         initargs=(os.getpid(), dict(os.environ)),
     )

@@ -442,8 +442,7 @@ class SandboxedKernel:
                     raise queue.Empty
                 reply = run_sync(kc.get_shell_msg)(timeout=left)
             except queue.Empty:
-                with contextlib.suppress(Exception):
-                    run_sync(self.km.interrupt_kernel)()
+                self._interrupt()
                 raise TimeoutError(f"no reply within {timeout:g}s") from None
             # (a reply to an earlier request that timed out is passed over)
             if reply["parent_header"].get("msg_id") == message["header"]["msg_id"]:
@@ -464,11 +463,15 @@ class SandboxedKernel:
                 code, silent=True, store_history=False, timeout=timeout, output_hook=lambda m: None
             )
         except TimeoutError:
-            with contextlib.suppress(Exception):
-                run_sync(self.km.interrupt_kernel)()
+            self._interrupt()
             raise
         self._answered = True
         return reply["content"]
+
+    def _interrupt(self) -> None:
+        """Interrupt what the kernel runs (after a request that timed out); never raises."""
+        with contextlib.suppress(Exception):
+            run_sync(self.km.interrupt_kernel)()
 
     def ensure_alive(self, nb: nbformat.NotebookNode) -> bool:
         """Called by the checks between requests: restart (and replay) a dead or stuck
