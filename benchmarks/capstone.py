@@ -18,12 +18,12 @@
    project). nanoGPT's GPT, our classic recipe with nanoGPT's exact GELU (the same
    architecture: learned positions, LayerNorm, GELU MLP, MHA, biases, tied embeddings),
    the classic recipe as GPT-2 has it (tanh GELU) and our modern recipe
-   (parameter-matched) train at 4 layers, 4 heads, d 128, block 128, batch 16 on the
-   same batches with the same optimiser, taking turns (:mod:`capstone_race`). Reported:
-   tokens/s, the ratio to nanoGPT measured in the same windows, and validation loss
-   at equal steps. Our models are :class:`toolkit.models.FastGPT`; ``--with-reference``
-   adds the same recipes on the teaching :class:`toolkit.models.GPT`, the speed before
-   the fast paths.
+   (parameter-matched; ``--modern-ffn N`` adds it with SwiGLU width ``N``) train at
+   4 layers, 4 heads, d 128, block 128, batch 16 on the same batches with the same
+   optimiser, taking turns (:mod:`capstone_race`). Reported: tokens/s, the ratio to
+   nanoGPT measured in the same windows, and validation loss at equal steps. Our models
+   are :class:`toolkit.models.FastGPT`; ``--with-reference`` adds the same recipes on
+   the teaching :class:`toolkit.models.GPT`, the speed before the fast paths.
 
 4. Attention backends (``--tables backends --device cuda``): the modern recipe, one
    initialisation, trained with each of ``--backends`` (default ``sdpa,triton``) on the
@@ -37,10 +37,11 @@
    taking turns on the same batches: tokens/s relative to the modern recipe.
 
 6. Where the time goes (``--tables profile --peer PATH``): nanoGPT and our modern recipe
-   (parameter-matched, as in 3.) each train ``--profile-rounds`` short turns of
-   ``--profile-steps`` steps under ``torch.profiler``, taking turns; reported is each
-   operator's self time per step for both, and their difference, largest first, with
-   the totals of matrix products, attention and everything else.
+   (parameter-matched, as in 3., or with ``--modern-ffn`` as its SwiGLU width) each train
+   ``--profile-rounds`` short turns of ``--profile-steps`` steps under
+   ``torch.profiler``, taking turns; reported is each operator's self time per step for
+   both, and their difference, largest first, with the totals of matrix products,
+   attention and everything else.
 
 Timings are wall-clock in this process. By default torch uses one thread
 (``--threads 1``), which keeps timings stable on a shared machine; ``--threads 0``
@@ -116,6 +117,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--profile-rounds", type=int, default=8, help="profile table: turns each")
     p.add_argument("--profile-steps", type=int, default=2, help="profile table: steps a turn")
     p.add_argument("--profile-rows", type=int, default=25, help="profile table: operators shown")
+    p.add_argument("--modern-ffn", type=int, default=None,
+                   help="peer and profile tables: also race (profile: use) the modern recipe "
+                        "with this SwiGLU hidden size; 3 d is nanoGPT's multiply-adds per token")
     args = p.parse_args(argv)
     quick = {"steps": 40, "d_model": 64, "n_layers": 2, "block_size": 64}
     full = {"steps": 200, "d_model": 128, "n_layers": 4, "block_size": 128}
@@ -228,6 +232,8 @@ def bench_peer(args, corpus) -> None:
     # which costs more on a CPU: "classic" with mlp="gelu" is nanoGPT's architecture.
     recipes = [("classic", replace(classic, mlp="gelu")), ("classic, tanh GELU", classic),
                ("modern", modern)]
+    if args.modern_ffn:
+        recipes.append((f"modern, d_ff {args.modern_ffn}", replace(modern, d_ff=args.modern_ffn)))
     recipes = [(name, config, FastGPT) for name, config in recipes]
     if args.with_reference:
         recipes += [(f"{n} (reference)", c, GPT) for n, c, _ in recipes]
@@ -309,7 +315,8 @@ def bench_parts(args, corpus) -> None:
 
 
 def _peer_and_modern(args, corpus) -> dict[str, torch.nn.Module]:
-    """nanoGPT's GPT and our modern FastGPT, parameter-matched as in the peer table."""
+    """nanoGPT's GPT and our modern FastGPT, parameter-matched as in the peer table (or
+    with ``--modern-ffn`` as its SwiGLU hidden size)."""
     peer = load_peer(args.peer)
     _, modern = parameter_matched_configs(
         vocab_size=corpus.vocab_size, d_model=args.d_model, n_layers=args.n_layers,
@@ -320,6 +327,8 @@ def _peer_and_modern(args, corpus) -> dict[str, torch.nn.Module]:
                    "n_layer": args.n_layers, "n_head": args.n_heads, "n_embd": args.d_model,
                    "dropout": 0.0, "bias": True}
     models = {"nanoGPT": peer.GPT(peer.GPTConfig(**peer_config))}
+    if args.modern_ffn:
+        modern = replace(modern, d_ff=args.modern_ffn)
     torch.manual_seed(args.seed)
     models["modern"] = FastGPT(modern)
     return models
@@ -386,7 +395,8 @@ def bench_profile(args, corpus) -> None:
     rows.append(["= all (self time)", f"{total[0]:.2f}", f"{total[1]:.2f}",
                  f"{total[1] - total[0]:+.2f} ({total[1] / total[0] - 1:+.1%})"])
     print_table(
-        f"Operator self time per training step (ms), nanoGPT against the modern recipe: "
+        f"Operator self time per training step (ms), nanoGPT against the modern recipe "
+        f"(SwiGLU {models['modern'].config.ffn_hidden}): "
         f"{args.profile_rounds} turns of {per_turn} steps each under torch.profiler, taking "
         f"turns, batch {args.batch_size} x {args.block_size}, d_model={args.d_model}, "
         f"n_layers={args.n_layers}, {torch.get_num_threads()} thread(s)",

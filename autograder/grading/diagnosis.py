@@ -254,20 +254,14 @@ def diagnose(
     if not failing or not mutants:
         return Diagnoses()
     source = {m.name: _mutated_source(spec, m) for m in mutants}
-    # What the correct solution answers to every request: a mutant counts only where it
-    # answers differently (see fingerprint_matches).
-    asked = [(e.request, e.tensors) for c in failing for e in transcripts[check_key(c)]]
-    try:
-        text = spec.source_text(notebook_id)
-        solution = oracle.replay(_variant(spec, notebook_id, "reference", text), text,
-                                 spec.path, asked)
-    except OracleError:
-        return Diagnoses()  # no diagnosis is better than a wrong one
-    reference: dict[str, list] = {}
-    start = 0
-    for check in failing:
-        n = len(transcripts[check_key(check)])
-        reference[check_key(check)], start = solution[start:start + n], start + n
+    text = spec.source_text(notebook_id)
+    solution = _variant(spec, notebook_id, "reference", text)
+    reference: dict[str, list] = {}  # check key -> the correct solution's replies
+
+    def replay(variant: str, variant_source: str, check: CheckRecord) -> list:
+        asked = [(e.request, e.tensors) for e in transcripts[check_key(check)]]
+        return oracle.replay(variant, variant_source, spec.path, asked)
+
     explained: dict[str, dict[str, list[str]]] = {}  # grade cell -> mutant -> check ids
     excluded: dict[str, set[str]] = {}  # grade cell -> mutants the evidence rules out
     for mutant in mutants:
@@ -280,33 +274,38 @@ def diagnose(
             for cell in mutant.breaks:
                 excluded.setdefault(cell, set()).add(mutant.name)
             continue
-        requests = [(e.request, e.tensors) for c in mine for e in transcripts[check_key(c)]]
-        try:
-            replies = oracle.replay(
-                _variant(spec, notebook_id, f"mutant-{mutant.name}", source[mutant.name]),
-                source[mutant.name], spec.path, requests)
-        except OracleError:
-            continue  # no diagnosis is better than a wrong one
-        start, matched, contradicted = 0, {}, set()
+        variant = _variant(spec, notebook_id, f"mutant-{mutant.name}", source[mutant.name])
+        matched, contradicted = {}, set()
+        # Check by check, each replayed only when its cell is still open: one check that
+        # contradicts the mistake settles its cell, and the replays of the cell's other
+        # checks (a Triton kernel in the interpreter each) would change nothing.
         for check in mine:
-            exchanges = transcripts[check_key(check)]
-            answer = replies[start:start + len(exchanges)]
-            start += len(exchanges)
-            if not any(map(_replies_differ, answer, reference[check_key(check)])):
+            if check.grade_cell in contradicted:
+                continue
+            key = check_key(check)
+            try:
+                answer = replay(variant, source[mutant.name], check)
+                if key not in reference:
+                    reference[key] = replay(solution, text, check)
+            except OracleError:
+                break  # no diagnosis is better than a wrong one: this mistake says nothing
+            exchanges = transcripts[key]
+            if not any(map(_replies_differ, answer, reference[key])):
                 continue  # the mistake is right on these inputs: no evidence either way
             if not _all_alike(exchanges, answer):
                 contradicted.add(check.grade_cell)  # wrong, but not as the student was
             elif _gives_a_value(exchanges):
-                matched.setdefault(check.grade_cell, []).append(check_key(check))
-        # One check where the mistake would have answered wrongly, but not as the student
-        # did, shows that the student's mistake is another one (or more than one): a
-        # coincidence on the other checks (fp16's 2 bytes taken for K and V's factor 2)
-        # must not name it.
-        for grade_cell, ids in matched.items():
-            if grade_cell not in contradicted:
-                explained.setdefault(grade_cell, {})[mutant.name] = ids
-        for grade_cell in contradicted:
-            excluded.setdefault(grade_cell, set()).add(mutant.name)
+                matched.setdefault(check.grade_cell, []).append(key)
+        else:
+            # One check where the mistake would have answered wrongly, but not as the
+            # student did, shows that the student's mistake is another one (or more than
+            # one): a coincidence on the other checks (fp16's 2 bytes taken for K and V's
+            # factor 2) must not name it.
+            for grade_cell, ids in matched.items():
+                if grade_cell not in contradicted:
+                    explained.setdefault(grade_cell, {})[mutant.name] = ids
+            for grade_cell in contradicted:
+                excluded.setdefault(grade_cell, set()).add(mutant.name)
     by_name = {m.name: m for m in mutants}
     diagnoses = Diagnoses(ruled_out=_pitfalls_ruled_out(mutants, excluded))
     for grade_cell, candidates in explained.items():

@@ -172,3 +172,47 @@ def test_the_feedback_line_prefers_the_explanation_and_keeps_names_capitalised()
     for name in ("RoPE layouts mixed", "YaRN ramp reversed", "KV cache overwritten",
                  "Post-LN where Pre-LN was asked", "dK/dV not summed"):
         assert explanation_of(mutant(name)) == name
+
+
+def test_a_contradicted_mistake_is_not_replayed_on_the_rest_of_its_exercise(tmp_path):
+    """A mistake that answers one failing check wrongly, but not as the student did, is
+    ruled out for that exercise: the oracle (a real one) is not asked about the exercise's
+    other checks. The mistake the student did make is replayed on every check and named."""
+    import types
+
+    from autograder.grading.diagnosis import diagnose
+    from autograder.grading.oracle import MistakeOracle
+
+    source = "# %%\ndef double(x):\n    return 2 * x\n"
+    mutants = [
+        Mutant("plus-two", "Adds two", "nb", "2 * x", "x + 2", ["test_double"]),
+        Mutant("off-by-one", "One too many", "nb", "2 * x", "2 * x + 1", ["test_double"]),
+    ]
+    spec = types.SimpleNamespace(name="toy", path=tmp_path, mutants=mutants,
+                                 source_text=lambda notebook: source)
+    inputs = (3, 5, 7)
+    checks = [CheckRecord(id=f"test_{x}", module="test_nb", description="",
+                          grade_cell="test_double") for x in inputs]
+    def asked_double(x):
+        return {"kind": "call", "name": "double", "args": [{"type": "int", "value": x}]}
+
+    # the student wrote 2 x + 1
+    transcripts = {f"test_nb::test_{x}": [Exchange(asked_double(x), {}, 2 * x + 1)]
+                   for x in inputs}
+    oracle, asked = MistakeOracle(), []
+    replay = oracle.replay
+
+    def counting_replay(variant, text, folder, requests):
+        asked.append((variant.split("/")[2], len(requests)))
+        return replay(variant, text, folder, requests)
+
+    oracle.replay = counting_replay
+    try:
+        found = diagnose(spec, "nb", checks, transcripts, oracle)
+    finally:
+        oracle.close()
+    assert [(d.mutant, len(d.checks)) for d in found] == [("off-by-one", 3)]
+    assert "Adds two" in found.ruled_out["test_double"]
+    assert asked.count(("mutant-plus-two", 1)) == 1, asked  # its first check settles it
+    assert asked.count(("mutant-off-by-one", 1)) == 3, asked
+    assert asked.count(("reference", 1)) == 3, asked

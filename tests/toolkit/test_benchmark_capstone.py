@@ -67,9 +67,10 @@ def test_profile_table_lists_operators_and_totals(capsys, monkeypatch, tmp_path)
     (tmp_path / "model.py").write_text(PEER)
     module.main(["--tables", "profile", "--peer", str(tmp_path / "model.py"), "--d-model", "32",
                  "--n-layers", "1", "--n-heads", "2", "--batch-size", "2", "--block-size", "16",
-                 "--profile-rounds", "2", "--profile-steps", "1"])
+                 "--profile-rounds", "2", "--profile-steps", "1", "--modern-ffn", "48"])
     out = capsys.readouterr().out
     assert "Operator self time per training step" in out
+    assert "modern recipe (SwiGLU 48)" in out  # --modern-ffn sets its width
     assert "aten::mm" in out  # both models multiply matrices
     for total in ("= matrix products", "= attention", "= all (self time)"):
         assert total in out, total
