@@ -21,7 +21,9 @@
    (parameter-matched; ``--modern-ffn N`` adds it with SwiGLU width ``N``) train at
    4 layers, 4 heads, d 128, block 128, batch 16 on the same batches with the same
    optimiser, taking turns (:mod:`capstone_race`). Reported: tokens/s, the ratio to
-   nanoGPT measured in the same windows, and validation loss at equal steps. Our models
+   nanoGPT measured in the same windows, validation loss at equal steps, and the
+   training seconds each model took to reach nanoGPT's final validation loss (at the
+   evaluations, every ``--eval-every`` steps; default a quarter of the run). Our models
    are :class:`toolkit.models.FastGPT`; ``--with-reference`` adds the same recipes on
    the teaching :class:`toolkit.models.GPT`, the speed before the fast paths.
 
@@ -198,18 +200,33 @@ def load_peer(path: str):
     return module
 
 
-def _race_table(title: str, results, models, baseline: str | None, details: dict) -> None:
+def _race_table(title: str, results, models, baseline: str | None, details: dict,
+                time_to_baseline: bool = False) -> None:
+    """One row a model: tokens/s and their ratio to ``baseline``'s, validation losses, and
+    (``time_to_baseline``) the training seconds each model took to first reach the
+    baseline's final validation loss, at the race's evaluations: how fast a recipe gets as
+    good as the baseline ends, where tokens/s only say how fast it computes."""
     steps = sorted({s for r in results.values() for s in r.val_step})
     shown = steps if len(steps) <= 4 else [steps[len(steps) // 2 - 1], steps[-1]]
+    time_to_baseline = time_to_baseline and baseline is not None
+    target = results[baseline].val_loss[-1] if time_to_baseline else None
     rows = []
     for name, r in results.items():
         ratio = (r.tokens_per_s / results[baseline].tokens_per_s) if baseline else float("nan")
         val = {s: loss for s, loss in zip(r.val_step, r.val_loss)}
-        rows.append([name, details[name], f"{count_parameters(models[name]):,}",
-                     f"{r.tokens_per_s:,.0f}", "" if math.isnan(ratio) else f"{ratio:.2f}x",
-                     *(f"{val[s]:.3f}" for s in shown), f"{r.train_loss[-1]:.3f}"])
+        row = [name, details[name], f"{count_parameters(models[name]):,}",
+               f"{r.tokens_per_s:,.0f}", "" if math.isnan(ratio) else f"{ratio:.2f}x",
+               *(f"{val[s]:.3f}" for s in shown), f"{r.train_loss[-1]:.3f}"]
+        if time_to_baseline:
+            seconds = r.seconds_to(target)
+            baseline_seconds = results[baseline].seconds_to(target)
+            row.append("not reached" if seconds is None else
+                       f"{seconds:.1f} s ({baseline_seconds / seconds:.2f}x)")
+        rows.append(row)
     header = ["model", "components", "params", "train tok/s",
               f"x {baseline}" if baseline else "", *(f"val @{s}" for s in shown), "train loss"]
+    if time_to_baseline:
+        header.append(f"to {baseline}'s final val loss ({target:.3f})")
     print_table(title, header, rows)
 
 
@@ -254,7 +271,7 @@ def bench_peer(args, corpus) -> None:
         f"{args.block_size} tokens, d_model={args.d_model}, n_layers={args.n_layers}, "
         f"n_heads={args.n_heads}, same batches, AdamW + warm-up/cosine + clip 1.0, "
         f"turns of {args.window} steps, {torch.get_num_threads()} thread(s)",
-        results, models, "nanoGPT", details)
+        results, models, "nanoGPT", details, time_to_baseline=True)
 
 
 def bench_backends(args, corpus) -> None:

@@ -74,3 +74,34 @@ def test_profile_table_lists_operators_and_totals(capsys, monkeypatch, tmp_path)
     assert "aten::mm" in out  # both models multiply matrices
     for total in ("= matrix products", "= attention", "= all (self time)"):
         assert total in out, total
+
+
+def test_peer_table_gives_the_time_to_the_baselines_final_loss(capsys, monkeypatch):
+    """The race table's last column: the training seconds at a model's first evaluation
+    at or below the baseline's final validation loss, and the baseline's own seconds over
+    them; a model that never gets there says so."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location("benchmark_capstone", BENCHMARKS / "capstone.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "benchmark_capstone", module)
+    spec.loader.exec_module(module)
+    from capstone_race import RaceResult
+
+    def result(losses, seconds):
+        return RaceResult(train_seconds=seconds[-1], steps=20, tokens=2000, train_loss=[1.0],
+                          val_step=[10, 20], val_loss=losses, val_seconds=seconds)
+
+    results = {"nanoGPT": result([2.0, 1.5], [5.0, 10.0]),
+               "modern": result([1.4, 1.0], [8.0, 16.0]),  # there at its first evaluation
+               "slow": result([2.5, 1.8], [4.0, 8.0])}
+    models = {name: torch.nn.Linear(2, 2) for name in results}
+    module._race_table("race", results, models, "nanoGPT", dict.fromkeys(results, ""),
+                       time_to_baseline=True)
+    out = capsys.readouterr().out
+    assert "to nanoGPT's final val loss (1.500)" in out
+    rows = {line.split()[0]: line for line in out.splitlines()[2:] if line.strip()}
+    assert rows["nanoGPT"].endswith("10.0 s (1.00x)")
+    assert rows["modern"].endswith("8.0 s (1.25x)")
+    assert rows["slow"].endswith("not reached")
