@@ -26,8 +26,9 @@ def mutant_focus(spec) -> dict[str, tuple[str, ...]]:
     """``{student: grade cells}``, :func:`~autograder.grading.grade.grade`'s ``focus``: each
     made mutant is graded on the cells it says it breaks. What validation proves of a
     mutant is that it loses points there, so the checks of its other cells (most of the
-    cost of grading it) are not run. The reference, the stub and the constant submission
-    are graded whole."""
+    cost of grading it) are not run; the diagnosis counts them as passed (they hold the
+    reference's code), as a whole grading would find them. The reference, the stub and
+    the constant submission are graded whole."""
     return {f"mutant-{mutant.name}": tuple(mutant.breaks) for mutant in spec.mutants}
 
 
@@ -64,14 +65,21 @@ def expectations(spec, records: list[dict]) -> list[dict]:
         caught_by = sorted({f["check"] for f in rec["failed_checks"]})
         named = sorted({d["grade_cell"] for d in rec.get("diagnoses", [])
                         if d["mutant"] == mutant.name})
+        if mutant.diagnosed:
+            diagnosis = (f"; diagnosed on {', '.join(named)}" if named else
+                         "; NOT diagnosed (its feedback does not name it)")
+        else:
+            diagnosis = ("; diagnosed, though assignment.toml says diagnosed = false" if named
+                         else "; not diagnosed (diagnosed = false)")
         row(
             student,
-            f"loses points on {', '.join(mutant.breaks)}",
-            not missed,
+            f"loses points on {', '.join(mutant.breaks)}"
+            + ("" if mutant.diagnosed else ", not named"),
+            not missed and bool(named) == mutant.diagnosed,
             _score(rec, mutant.breaks)
             + (f"; NOT caught on {', '.join(missed)}" if missed else "")
             + (f"; caught by {', '.join(caught_by)}" if caught_by else "")
-            + (f"; diagnosed on {', '.join(named)}" if named else "; not diagnosed"),
+            + diagnosis,
         )
     return rows
 

@@ -128,8 +128,13 @@ def explanation_of(mutant) -> str:
 
 
 # -- comparing answers ----------------------------------------------------------------------
+#: Machine epsilon of the floating dtypes whose rounding the diagnosis tolerates.
+_LOW_PRECISION_EPS = {dtype: torch.finfo(dtype).eps for dtype in (torch.float16, torch.bfloat16)}
+
+
 def same_answer(student: Any, mistake: Any) -> bool:
-    """Whether two decoded answers agree (to float tolerance; structure and shape exact)."""
+    """Whether two decoded answers agree (to float tolerance, looser for half precision;
+    structure and shape exact)."""
     if isinstance(student, torch.Tensor) or isinstance(mistake, torch.Tensor):
         if not (isinstance(student, torch.Tensor) and isinstance(mistake, torch.Tensor)):
             return False
@@ -138,7 +143,12 @@ def same_answer(student: Any, mistake: Any) -> bool:
         if student.is_floating_point() or mistake.is_floating_point():
             a, b = student.double(), mistake.double()
             scale = max(1.0, float(b.nan_to_num(0, 0, 0).abs().max())) if b.numel() else 1.0
-            return bool(torch.allclose(a, b, rtol=1e-4, atol=1e-6 * scale, equal_nan=True))
+            # Half precision keeps 8 to 11 bits: the same code can round a last bit apart
+            # in two processes, so two units in the last place of the coarser dtype count
+            # as agreement there (a mistake moves answers far more than that).
+            eps = max(_LOW_PRECISION_EPS.get(t.dtype, 0.0) for t in (student, mistake))
+            rtol, atol = max(1e-4, 2 * eps), max(1e-6, 2 * eps) * scale
+            return bool(torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
         return bool(torch.equal(student.long(), mistake.long()))
     if isinstance(student, (tuple, list)) and isinstance(mistake, (tuple, list)):
         return len(student) == len(mistake) and all(map(same_answer, student, mistake))
@@ -215,7 +225,15 @@ def _answered_alike(exchange: Exchange, reply: tuple[dict, dict]) -> bool:
         return False
 
 
-def _passed_in_full(checks: list[CheckRecord], grade_cell: str) -> bool:
+def _passed_in_full(checks: list[CheckRecord], grade_cell: str,
+                    graded_cells: tuple[str, ...] | None = None) -> bool:
+    """Whether every check of ``grade_cell`` passed. In a focused run (``graded_cells``:
+    ``autograder validate`` grades a made mutant on the cells it breaks) a cell left out
+    holds the reference's code and counts as passed: the evidence a whole grading would
+    have, without which a mistake of a cell that was not graded (an inverted mask, for a
+    decoder that drops its causal mask) could be named in the graded one's place."""
+    if graded_cells is not None and grade_cell not in graded_cells:
+        return True
     mine = [c for c in checks if c.grade_cell == grade_cell]
     return bool(mine) and all(c.passed for c in mine)
 
@@ -241,13 +259,15 @@ def diagnose(
     checks: list[CheckRecord],
     transcripts: dict[str, list[Exchange]],
     oracle: MistakeOracle,
+    graded_cells: tuple[str, ...] | None = None,
 ) -> Diagnoses:
     """The named mistakes that explain this notebook's failing checks, per grade cell.
 
     ``checks`` are the check records; ``transcripts`` maps a :func:`check_key` to the
-    requests the check made. Each grade cell gets the mutant that explains most of its
-    failing checks, then the next one for the rest, and so on. The result also says which
-    pitfalls the evidence rules out (:class:`Diagnoses`).
+    requests the check made; ``graded_cells``, in a focused run, the grade cells whose
+    checks ran (see :func:`_passed_in_full`). Each grade cell gets the mutant that
+    explains most of its failing checks, then the next one for the rest, and so on. The
+    result also says which pitfalls the evidence rules out (:class:`Diagnoses`).
     """
     failing = [c for c in checks if not c.passed and usable(transcripts.get(check_key(c), []))]
     mutants = [m for m in spec.mutants if m.notebook == notebook_id]
@@ -270,7 +290,7 @@ def diagnose(
             continue
         # The mistake loses points on every cell it breaks (autograder validate proves
         # it); a student who passed one of them in full has not made it.
-        if any(_passed_in_full(checks, cell) for cell in mutant.breaks):
+        if any(_passed_in_full(checks, cell, graded_cells) for cell in mutant.breaks):
             for cell in mutant.breaks:
                 excluded.setdefault(cell, set()).add(mutant.name)
             continue

@@ -36,7 +36,8 @@ def _diagnose(job: Job, result: NotebookResult, transcripts: dict, uses_gpu: boo
     folder = Path(job.assignment_dir)
     spec = AssignmentSpec.load(folder.name, folder.parent)
     oracle = shared_oracle(uses_gpu=uses_gpu)
-    diagnoses = diagnose(spec, job.notebook_id, result.checks, transcripts, oracle)
+    diagnoses = diagnose(spec, job.notebook_id, result.checks, transcripts, oracle,
+                         graded_cells=job.grade_cells)
     annotate(result.checks, diagnoses)
     result.diagnoses = [d.as_dict() for d in diagnoses]
 

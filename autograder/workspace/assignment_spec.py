@@ -40,6 +40,9 @@ class Mutant:
     breaks: list[str]
     #: What the student did, in a sentence for them; the diagnosis shows it in feedback.
     explanation: str = ""
+    #: Whether the diagnosis names this mistake where it breaks: false for one whose
+    #: every symptom is an error (errors alone prove nothing). ``validate`` holds it.
+    diagnosed: bool = True
 
 
 @dataclasses.dataclass

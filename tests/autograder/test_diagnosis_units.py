@@ -216,3 +216,50 @@ def test_a_contradicted_mistake_is_not_replayed_on_the_rest_of_its_exercise(tmp_
     assert asked.count(("mutant-plus-two", 1)) == 1, asked  # its first check settles it
     assert asked.count(("mutant-off-by-one", 1)) == 3, asked
     assert asked.count(("reference", 1)) == 3, asked
+
+
+def test_half_precision_answers_agree_to_their_last_bits_and_no_further():
+    """The same code run twice can round a half-precision answer a unit in the last place
+    apart: that still matches. A real difference does not, and float32 keeps its
+    tolerance."""
+    x = torch.linspace(-4, 4, 64)
+    for dtype in (torch.float16, torch.bfloat16):
+        half = x.to(dtype)
+        one_ulp = (half.view(torch.int16) + 1).view(dtype)  # the next value, one bit away
+        assert not torch.equal(half, one_ulp)
+        assert same_answer(half, one_ulp), dtype
+        assert not same_answer(half, (x * 1.05).to(dtype)), dtype
+    assert not same_answer(x, x * (1 + 1e-3))  # float32: 1e-4 relative, as before
+
+
+def test_a_focused_run_counts_the_cells_it_left_out_as_passed(tmp_path):
+    """`autograder validate` grades a made mutant on the cells it breaks only. A mistake of
+    a cell left out (a helper) that answers the graded cell's checks just as the student's
+    own mistake does must not be named: in a whole grading the helper's checks would have
+    passed and ruled it out."""
+    import types
+
+    from autograder.grading.diagnosis import diagnose
+    from autograder.grading.oracle import MistakeOracle
+
+    source = ("# %%\ndef helper(x):\n    return 2 * x\n\n"
+              "# %%\ndef use(x):\n    return helper(x) + 1\n")
+    mutants = [  # both make use(x) = 3 x + 1
+        Mutant("helper-triples", "Triples", "nb", "2 * x", "3 * x", ["test_helper", "test_use"]),
+        Mutant("use-triples", "Uses 3 x", "nb", "helper(x) + 1", "3 * x + 1", ["test_use"]),
+    ]
+    spec = types.SimpleNamespace(name="toy", path=tmp_path, mutants=mutants,
+                                 source_text=lambda notebook: source)
+    use = CheckRecord(id="test_use_3", module="test_nb", description="", grade_cell="test_use")
+    helper = CheckRecord(id="test_helper_3", module="test_nb", description="",
+                         grade_cell="test_helper", passed=True)
+    transcripts = {"test_nb::test_use_3": [Exchange(
+        {"kind": "call", "name": "use", "args": [{"type": "int", "value": 3}]}, {}, 10)]}
+    oracle = MistakeOracle()
+    try:
+        focused = diagnose(spec, "nb", [use], transcripts, oracle, graded_cells=("test_use",))
+        whole = diagnose(spec, "nb", [use, helper], transcripts, oracle)
+    finally:
+        oracle.close()
+    assert [d.mutant for d in focused] == ["use-triples"]
+    assert [d.mutant for d in whole] == ["use-triples"]
