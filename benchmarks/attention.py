@@ -43,7 +43,7 @@ if not USE_CUDA:
     # The interpreter must be chosen before triton is first imported.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from tables import print_table  # noqa: E402  (beside this file, as attention_gpu)
+from tables import print_command, print_table  # noqa: E402  (beside this file, as attention_gpu)
 
 from toolkit.attention import scaled_dot_product_attention  # noqa: E402
 from toolkit.flash import (  # noqa: E402
@@ -254,6 +254,7 @@ def main(argv=None) -> None:
     parser.add_argument("--precompile", action="store_true",
                         help="GPU: compile the kernels in parallel processes first")
     args = parser.parse_args(argv)
+    print_command(__file__, argv)
     print(f"torch {torch.__version__}, CUDA: {USE_CUDA}, "
           f"triton interpreter: {HAS_TRITON and interpreter_active()}")
     if USE_CUDA:

@@ -74,7 +74,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # capstone_race beside this file
 
 from capstone_race import race  # noqa: E402
-from tables import print_table  # noqa: E402
+from tables import print_command, print_table  # noqa: E402
 
 from toolkit.data import load_corpus  # noqa: E402
 from toolkit.generate import greedy  # noqa: E402
@@ -429,6 +429,7 @@ def modern_config(args, corpus) -> GPTConfig:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    print_command(__file__, argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     corpus = load_corpus(args.corpus)

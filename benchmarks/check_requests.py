@@ -28,7 +28,7 @@ from pathlib import Path
 
 import nbformat
 import torch
-from tables import print_table
+from tables import print_command, print_table
 
 from autograder.limits import Limits
 from autograder.protocol import kernel_side
@@ -68,8 +68,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=100, help="requests per round")
     parser.add_argument("--rounds", type=int, default=4, help="rounds per transport")
     args = parser.parse_args()
-    print(f"command: python benchmarks/check_requests.py --requests {args.requests} "
-          f"--rounds {args.rounds}")
+    print_command(__file__)
     limits = Limits()
     print(f"environment: Python {platform.python_version()}, torch {torch.__version__}; "
           f"isolation: {describe_isolation(limits)}")

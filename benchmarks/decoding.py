@@ -32,6 +32,7 @@ import statistics
 import time
 
 import torch
+from tables import print_command
 
 from toolkit.attention import scaled_dot_product_attention
 from toolkit.gqa import GroupedQueryAttention
@@ -139,6 +140,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=20, help="timed tokens per configuration")
     p.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
     args = p.parse_args(argv)
+    print_command(__file__, argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "

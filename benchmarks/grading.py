@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from tables import print_command
 
 from autograder.authoring.submissions import make_class, write_submissions
 from autograder.workspace.course import Course
@@ -181,7 +182,7 @@ def main() -> None:
         shutil.copytree(ours.path("submitted"), plain.path("submitted"), dirs_exist_ok=True)
 
         n = args.n
-        print(f"command: {shlex.join(['python', 'benchmarks/grading.py', *sys.argv[1:]])}")
+        print_command(__file__)
         print(f"environment: {environment()}")
         print(f"load average before: {load_average()}")
         print(f"{n} submissions of {args.assignment} on {os.cpu_count()} cores")

@@ -31,6 +31,7 @@ import statistics
 import time
 
 import torch
+from tables import print_command
 
 from toolkit.ffn import SwiGLU
 from toolkit.moe import naive_dispatch, sorted_dispatch, top_k_gating
@@ -83,6 +84,7 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
     args = p.parse_args(argv)
+    print_command(__file__, argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     tokens = args.tokens or (512 if args.quick else 4096)

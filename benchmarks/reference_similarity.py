@@ -29,6 +29,7 @@ from autograder.workspace.course import Course
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "similarity"))
 import make_class  # noqa: E402
+from tables import print_command  # noqa: E402
 
 NAME = "01-attention"
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "similarity"
@@ -93,6 +94,7 @@ def main() -> int:
                         help="also measure this assignment's independent solutions in "
                         "tests/fixtures/similarity/NAME/ (e.g. 03-efficient-attention)")
     args = parser.parse_args()
+    print_command(__file__)
     with tempfile.TemporaryDirectory() as tmp:
         course = Course(Path(tmp) / "workspace")
         course.init()

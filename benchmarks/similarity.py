@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import platform
 import random
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from autograder.workspace.course import Course
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "similarity"))
 import make_class  # noqa: E402
+from tables import print_command  # noqa: E402
 
 NAME = "01-attention"
 
@@ -195,6 +197,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    print_command(__file__)
     with tempfile.TemporaryDirectory(prefix="similarity-bench-") as tmp:
         course = Course(Path(tmp) / "workspace")
         course.init()
@@ -217,7 +220,8 @@ def main() -> None:
     planted = {frozenset(item) for item in make_class.PLANTED.items()}
     planted |= {frozenset((a, b)) for a, of_a in make_class.PLANTED.items()  # same source
                 for b, of_b in make_class.PLANTED.items() if a < b and of_a == of_b}
-    print(f"{len(students)} submissions of {NAME} on {os.cpu_count()} CPUs")
+    print(f"{len(students)} submissions of {NAME} on {os.cpu_count()} CPUs, Python "
+          f"{platform.python_version()}, {platform.machine()}")
     print(f"  read + normalise   {t1 - t0:6.2f} s")
     print(f"  compare            {t2 - t1:6.2f} s   (every pair directly: {t4 - t3:.2f} s, "
           f"{(t4 - t3) / max(t2 - t1, 1e-9):.1f}x slower)")

@@ -58,7 +58,7 @@ from torch.utils._pytree import tree_flatten  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tables import print_table  # noqa: E402
+from tables import print_command, print_table  # noqa: E402
 
 from toolkit.kernels import flash_backward_tuned, flash_tuned, interpreter_active  # noqa: E402
 from toolkit.models import FastGPT, GPTConfig  # noqa: E402
@@ -449,6 +449,7 @@ def main(argv=None) -> None:
                    help="comma list of: launches, ops, bytes, grids, host")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
+    print_command(__file__, argv)
     if not interpreter_active():
         sys.exit("run with TRITON_INTERPRET=1 (set before triton is first imported)")
     torch.set_num_threads(args.threads)

@@ -28,6 +28,7 @@ import time
 from contextlib import nullcontext
 
 import torch
+from tables import print_command
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
@@ -124,6 +125,7 @@ def main(argv=None) -> None:
     p.add_argument("--rows", type=int, default=15)
     p.add_argument("--threads", type=int, default=1, help="torch threads; 0 = torch default")
     args = p.parse_args(argv)
+    print_command(__file__, argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     d_model, n_layers, n_heads, T, batch = SHAPES[args.shape]

@@ -1,6 +1,19 @@
-"""The benchmarks' one table printer: a title, then right-aligned columns."""
+"""What every benchmark prints: the command that reproduces its run, then its tables (a
+title, then right-aligned columns)."""
 
 from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+
+def print_command(script: str, argv: list[str] | None = None) -> None:
+    """``command: python benchmarks/NAME.py ARGS``, the first line of a benchmark's output:
+    ``script`` is the benchmark's ``__file__``, ``argv`` its arguments (default: this
+    process's)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    print("command: " + shlex.join(["python", f"benchmarks/{Path(script).name}", *args]))
 
 
 def print_table(title: str, header: list[str], rows: list[list]) -> None:

@@ -71,6 +71,7 @@ def test_profile_table_lists_operators_and_totals(capsys, monkeypatch, tmp_path)
     out = capsys.readouterr().out
     assert "Operator self time per training step" in out
     assert "modern recipe (SwiGLU 48)" in out  # --modern-ffn sets its width
+    assert out.startswith("command: python benchmarks/capstone.py --tables profile --peer ")
     assert "aten::mm" in out  # both models multiply matrices
     for total in ("= matrix products", "= attention", "= all (self time)"):
         assert total in out, total

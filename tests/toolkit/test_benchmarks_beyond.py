@@ -4,12 +4,15 @@ tiny sizes (no timing is asserted; the benchmarks are run by hand)."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _load(name: str):
+    if str(BENCHMARKS) not in sys.path:  # as `python benchmarks/NAME.py` has it (tables.py)
+        sys.path.insert(0, str(BENCHMARKS))
     spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
