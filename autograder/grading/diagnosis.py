@@ -278,9 +278,14 @@ def diagnose(
     solution = _variant(spec, notebook_id, "reference", text)
     reference: dict[str, list] = {}  # check key -> the correct solution's replies
 
-    def replay(variant: str, variant_source: str, check: CheckRecord) -> list:
-        asked = [(e.request, e.tensors) for e in transcripts[check_key(check)]]
-        return oracle.replay(variant, variant_source, spec.path, asked)
+    def replay(variant: str, variant_source: str, asked_by: list[CheckRecord]) -> list:
+        """The variant's replies to the requests of ``asked_by``, a list per check (one
+        message to the oracle for all of them)."""
+        counts = [len(transcripts[check_key(c)]) for c in asked_by]
+        asked = [(e.request, e.tensors) for c in asked_by for e in transcripts[check_key(c)]]
+        replies = oracle.replay(variant, variant_source, spec.path, asked)
+        starts = [sum(counts[:i]) for i in range(len(counts))]
+        return [replies[start:start + n] for start, n in zip(starts, counts)]
 
     explained: dict[str, dict[str, list[str]]] = {}  # grade cell -> mutant -> check ids
     excluded: dict[str, set[str]] = {}  # grade cell -> mutants the evidence rules out
@@ -296,36 +301,42 @@ def diagnose(
             continue
         variant = _variant(spec, notebook_id, f"mutant-{mutant.name}", source[mutant.name])
         matched, contradicted = {}, set()
-        # Check by check, each replayed only when its cell is still open: one check that
-        # contradicts the mistake settles its cell, and the replays of the cell's other
-        # checks (a Triton kernel in the interpreter each) would change nothing.
-        for check in mine:
-            if check.grade_cell in contradicted:
-                continue
-            key = check_key(check)
+        # In messages of 1, 2, 4, ... checks: one check that contradicts the mistake
+        # settles its cell, so the replays of the cell's other checks (a Triton kernel in
+        # the interpreter each) would change nothing, and a wrong mistake is mostly
+        # contradicted early; doubling keeps the messages few where it is not.
+        pending, batch_size, failed = list(mine), 1, False
+        while pending:
+            batch, pending = pending[:batch_size], pending[batch_size:]
+            batch_size *= 2
+            unknown = [c for c in batch if check_key(c) not in reference]
             try:
-                answer = replay(variant, source[mutant.name], check)
-                if key not in reference:
-                    reference[key] = replay(solution, text, check)
+                answers = replay(variant, source[mutant.name], batch)
+                if unknown:
+                    reference.update(zip(map(check_key, unknown), replay(solution, text, unknown)))
             except OracleError:
-                break  # no diagnosis is better than a wrong one: this mistake says nothing
-            exchanges = transcripts[key]
-            if not any(map(_replies_differ, answer, reference[key])):
-                continue  # the mistake is right on these inputs: no evidence either way
-            if not _all_alike(exchanges, answer):
-                contradicted.add(check.grade_cell)  # wrong, but not as the student was
-            elif _gives_a_value(exchanges):
-                matched.setdefault(check.grade_cell, []).append(key)
-        else:
-            # One check where the mistake would have answered wrongly, but not as the
-            # student did, shows that the student's mistake is another one (or more than
-            # one): a coincidence on the other checks (fp16's 2 bytes taken for K and V's
-            # factor 2) must not name it.
-            for grade_cell, ids in matched.items():
-                if grade_cell not in contradicted:
-                    explained.setdefault(grade_cell, {})[mutant.name] = ids
-            for grade_cell in contradicted:
-                excluded.setdefault(grade_cell, set()).add(mutant.name)
+                failed = True  # no diagnosis is better than a wrong one: this one says nothing
+                break
+            for check, answer in zip(batch, answers):
+                key, exchanges = check_key(check), transcripts[check_key(check)]
+                if not any(map(_replies_differ, answer, reference[key])):
+                    continue  # the mistake is right on these inputs: no evidence either way
+                if not _all_alike(exchanges, answer):
+                    contradicted.add(check.grade_cell)  # wrong, but not as the student was
+                elif _gives_a_value(exchanges):
+                    matched.setdefault(check.grade_cell, []).append(key)
+            pending = [c for c in pending if c.grade_cell not in contradicted]
+        if failed:
+            continue
+        # One check where the mistake would have answered wrongly, but not as the student
+        # did, shows that the student's mistake is another one (or more than one): a
+        # coincidence on the other checks (fp16's 2 bytes taken for K and V's factor 2)
+        # must not name it.
+        for grade_cell, ids in matched.items():
+            if grade_cell not in contradicted:
+                explained.setdefault(grade_cell, {})[mutant.name] = ids
+        for grade_cell in contradicted:
+            excluded.setdefault(grade_cell, set()).add(mutant.name)
     by_name = {m.name: m for m in mutants}
     diagnoses = Diagnoses(ruled_out=_pitfalls_ruled_out(mutants, excluded))
     for grade_cell, candidates in explained.items():
