@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import itertools
 import math
 import re
 from typing import Any
@@ -284,8 +285,8 @@ def diagnose(
         counts = [len(transcripts[check_key(c)]) for c in asked_by]
         asked = [(e.request, e.tensors) for c in asked_by for e in transcripts[check_key(c)]]
         replies = oracle.replay(variant, variant_source, spec.path, asked)
-        starts = [sum(counts[:i]) for i in range(len(counts))]
-        return [replies[start:start + n] for start, n in zip(starts, counts)]
+        ends = list(itertools.accumulate(counts))
+        return [replies[end - n:end] for end, n in zip(ends, counts)]
 
     explained: dict[str, dict[str, list[str]]] = {}  # grade cell -> mutant -> check ids
     excluded: dict[str, set[str]] = {}  # grade cell -> mutants the evidence rules out
@@ -311,11 +312,14 @@ def diagnose(
             batch_size *= 2
             unknown = [c for c in batch if check_key(c) not in reference]
             try:
-                answers = replay(variant, source[mutant.name], batch)
-                if unknown:
+                if unknown:  # what the correct solution answers: see fingerprint_matches
                     reference.update(zip(map(check_key, unknown), replay(solution, text, unknown)))
             except OracleError:
-                failed = True  # no diagnosis is better than a wrong one: this one says nothing
+                return Diagnoses()  # no diagnosis is better than a wrong one
+            try:
+                answers = replay(variant, source[mutant.name], batch)
+            except OracleError:
+                failed = True  # this mistake says nothing; the others may
                 break
             for check, answer in zip(batch, answers):
                 key, exchanges = check_key(check), transcripts[check_key(check)]

@@ -194,6 +194,7 @@ def test_a_contradicted_mistake_is_not_replayed_on_the_rest_of_its_exercise(tmp_
     inputs = (3, 5, 7)
     checks = [CheckRecord(id=f"test_{x}", module="test_nb", description="",
                           grade_cell="test_double") for x in inputs]
+
     def asked_double(x):
         return {"kind": "call", "name": "double", "args": [{"type": "int", "value": x}]}
 
@@ -214,6 +215,7 @@ def test_a_contradicted_mistake_is_not_replayed_on_the_rest_of_its_exercise(tmp_
         oracle.close()
     assert [(d.mutant, len(d.checks)) for d in found] == [("off-by-one", 3)]
     assert "Adds two" in found.ruled_out["test_double"]
+
     def requests(variant):
         return sum(n for name, n in asked if name == variant)
 
