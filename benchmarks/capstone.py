@@ -210,6 +210,7 @@ def _race_table(title: str, results, models, baseline: str | None, details: dict
     shown = steps if len(steps) <= 4 else [steps[len(steps) // 2 - 1], steps[-1]]
     time_to_baseline = time_to_baseline and baseline is not None
     target = results[baseline].val_loss[-1] if time_to_baseline else None
+    baseline_seconds = results[baseline].seconds_to(target) if time_to_baseline else None
     rows = []
     for name, r in results.items():
         ratio = (r.tokens_per_s / results[baseline].tokens_per_s) if baseline else float("nan")
@@ -219,7 +220,6 @@ def _race_table(title: str, results, models, baseline: str | None, details: dict
                *(f"{val[s]:.3f}" for s in shown), f"{r.train_loss[-1]:.3f}"]
         if time_to_baseline:
             seconds = r.seconds_to(target)
-            baseline_seconds = results[baseline].seconds_to(target)
             row.append("not reached" if seconds is None else
                        f"{seconds:.1f} s ({baseline_seconds / seconds:.2f}x)")
         rows.append(row)

@@ -322,7 +322,8 @@ def diagnose(
                 failed = True  # this mistake says nothing; the others may
                 break
             for check, answer in zip(batch, answers):
-                key, exchanges = check_key(check), transcripts[check_key(check)]
+                key = check_key(check)
+                exchanges = transcripts[key]
                 if not any(map(_replies_differ, answer, reference[key])):
                     continue  # the mistake is right on these inputs: no evidence either way
                 if not _all_alike(exchanges, answer):
