@@ -11,6 +11,11 @@ On a CUDA machine
        with a causal mask. See ``attention_gpu.py``.
 
 On a CPU-only machine
+    0. the capstone's two CPU backends, ``blocked``
+       (:mod:`toolkit.models.blocked_attention`) against PyTorch's fused kernel
+       (``sdpa``), forward with backward and forward alone, per sequence length, head
+       size and head grouping, 2,048 tokens a batch, taking turns on the same tensors
+       (``--cpu-backends`` runs this table alone);
     1. peak extra memory of naive attention (``toolkit.attention``, which builds
        ``N x N`` matrices) against tiled attention (``toolkit.flash``) as N grows,
        counted by :class:`toolkit.flash.PeakMemoryCounter` (bytes of every tensor the
@@ -24,6 +29,7 @@ Usage::
     python benchmarks/attention.py            # full run
     python benchmarks/attention.py --quick    # a few seconds
     python benchmarks/attention.py --cpu      # the CPU report even when CUDA is present
+    python benchmarks/attention.py --cpu-backends  # the CPU backends' table alone
     python benchmarks/attention.py --seq 2048,8192 --dtypes fp16 --json out.json
 """
 
@@ -202,6 +208,59 @@ def bench_cpu_interpreter(quick: bool) -> None:
     )
 
 
+def bench_cpu_backends(quick: bool) -> None:
+    """``blocked`` against ``sdpa`` on the CPU, as the capstone's attention layer calls
+    them: q, k, v strided views of one joint projection, causal, 4 query heads; thread
+    CPU time, the two backends taking turns, the median of the repeats."""
+    import statistics
+
+    from toolkit.models.backends import causal_attention
+
+    lengths = (64, 128) if quick else (64, 128, 256, 512, 1024, 2048)
+    heads = ((4, 2),) if quick else ((4, 4), (4, 2))
+    head_sizes = (32,) if quick else (32, 64)
+    repeats = 5 if quick else 11
+    rows = []
+    for D in head_sizes:
+        for H, H_kv in heads:
+            for T in lengths:
+                B = max(1, 2048 // T)
+                g = torch.Generator().manual_seed(0)
+                joint = torch.randn(B, T, H + 2 * H_kv, D, generator=g)
+                d_out = torch.randn(B, T, H, D, generator=g).transpose(1, 2)
+
+                def run(backend, backward, joint=joint, d_out=d_out, H=H, H_kv=H_kv):
+                    x = joint.detach().requires_grad_(backward)
+                    q, k, v = (t.transpose(1, 2) for t in x.split((H, H_kv, H_kv), dim=2))
+                    with torch.set_grad_enabled(backward):
+                        out = causal_attention(q, k, v, backend)
+                        if backward:
+                            out.backward(d_out)
+
+                times = {(b, bw): [] for b in ("sdpa", "blocked") for bw in (True, False)}
+                for key in times:
+                    run(*key)  # warm-up
+                for _ in range(repeats):
+                    for key, spent in times.items():
+                        start = time.thread_time()
+                        run(*key)
+                        spent.append(time.thread_time() - start)
+                ms = {key: statistics.median(v) * 1e3 for key, v in times.items()}
+                rows.append([D, f"{H}/{H_kv}", T, B,
+                             f"{ms['sdpa', True]:.2f}", f"{ms['blocked', True]:.2f}",
+                             f"{ms['sdpa', True] / ms['blocked', True]:.2f}x",
+                             f"{ms['sdpa', False]:.2f}", f"{ms['blocked', False]:.2f}",
+                             f"{ms['sdpa', False] / ms['blocked', False]:.2f}x"])
+    print_table(
+        f"Causal attention on the CPU, blocked against sdpa: ms per call "
+        f"({torch.get_num_threads()} thread(s), median of {repeats}, taking turns; "
+        "B x T = 2,048 tokens; q, k, v views of one projection)",
+        ["d_head", "H/H_kv", "T", "B", "fwd+bwd sdpa", "fwd+bwd blocked", "speed-up",
+         "fwd sdpa", "fwd blocked", "speed-up"],
+        rows,
+    )
+
+
 def reference_grads(q, k, v, dout, causal):
     """float64 autograd gradients of :func:`reference` (dq, dk, dv)."""
     q, k, v = (t.double().requires_grad_() for t in (q, k, v))
@@ -245,6 +304,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
     parser.add_argument("--cpu", action="store_true", help="run the CPU report even on a GPU")
+    parser.add_argument("--cpu-backends", action="store_true",
+                        help="only the CPU table of the blocked and sdpa backends")
     parser.add_argument("--seq", default="1024,2048,4096,8192,16384", help="GPU: sequence lengths")
     parser.add_argument("--dtypes", default="fp16,bf16", help="GPU: fp16, bf16, fp32")
     parser.add_argument("--no-check", action="store_true", help="GPU: skip the correctness check")
@@ -257,12 +318,16 @@ def main(argv=None) -> None:
     print_command(__file__, argv)
     print(f"torch {torch.__version__}, CUDA: {USE_CUDA}, "
           f"triton interpreter: {HAS_TRITON and interpreter_active()}")
-    if USE_CUDA:
+    if args.cpu_backends:
+        torch.set_num_threads(1)  # as the capstone's CPU races
+        bench_cpu_backends(args.quick)
+    elif USE_CUDA:
         bench_gpu(args)
     else:
         # One thread: the interpreter is single-threaded, and small ops on a busy
         # machine otherwise stall waiting for worker threads.
         torch.set_num_threads(1)
+        bench_cpu_backends(args.quick)
         bench_cpu_memory(args.quick)
         bench_cpu_interpreter(args.quick)
         bench_cpu_interpreter_backward(args.quick)

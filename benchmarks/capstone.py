@@ -351,11 +351,17 @@ def _peer_and_modern(args, corpus) -> dict[str, torch.nn.Module]:
     return models
 
 
+#: The operators of each attention backend a CPU profile shows: PyTorch's fused kernel,
+#: and the blocked backend's products, softmax and its autograd Function's own time.
+_ATTENTION_OPS = ("aten::bmm", "aten::baddbmm", "aten::_softmax", "aten::_softmax_backward_data",
+                  "_BlockedCausalAttention", "_BlockedCausalAttentionBackward")
+
+
 def _category(op: str) -> str:
     if op in ("aten::mm", "aten::addmm", "aten::addmm_"):
         return "matrix products (mm, addmm, addmm_)"
-    if "scaled_dot_product" in op:
-        return "attention (SDPA forward and backward)"
+    if "scaled_dot_product" in op or op in _ATTENTION_OPS:
+        return "attention (SDPA, or the blocked backend's bmm, softmax and Function)"
     return "everything else (norms, activations, RoPE, adds, copies, optimiser, overhead)"
 
 

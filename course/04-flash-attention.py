@@ -218,6 +218,56 @@ else:
     print("Triton is not installed here (it ships for Linux); parts 1 to 3 still apply.")
 
 # %% [markdown]
+# ### When storing wins: short sequences on a CPU
+#
+# Recomputing the scores in the backward is the right trade when moving them costs more
+# than computing them twice. That is a property of the machine and the size, not a law.
+# On a CPU, a training batch of 128-token sequences has probabilities of a few MiB per
+# layer: they fit in the caches, and keeping them is cheaper than a second pass. The
+# capstone's CPU backend (`toolkit.models.blocked_attention`, used by `FastGPT` when it
+# trains on a CPU) keeps the causal skipping of the tiled version (a block of 32 queries
+# only meets the keys it can see) but stores each block's probabilities, and it stacks
+# the query heads that share a KV head (GQA) so that one matrix product serves the whole
+# group. The cell times it against PyTorch's fused CPU kernel, forward and backward, on the
+# same tensors; the two agree to float rounding.
+
+# %%
+import time  # noqa: E402
+
+import torch.nn.functional as F  # noqa: E402
+
+from toolkit.models.blocked_attention import blocked_causal_attention  # noqa: E402
+
+
+def attention_step_ms(attend, q, k, v, repeats=5):
+    """Median wall-clock milliseconds of one forward and backward of ``attend``."""
+    times = []
+    for _ in range(repeats + 1):  # the first call warms up
+        q_, k_, v_ = (t.detach().requires_grad_() for t in (q, k, v))
+        start = time.perf_counter()
+        attend(q_, k_, v_).sum().backward()
+        times.append(time.perf_counter() - start)
+    return 1e3 * sorted(times[1:])[repeats // 2]
+
+
+qb = torch.randn(8, 4, 128, 32)  # 8 sequences, 4 query heads, 128 positions, head size 32
+kb, vb = torch.randn(8, 2, 128, 32), torch.randn(8, 2, 128, 32)  # 2 KV heads
+
+
+def fused(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
+print("same output:", torch.allclose(blocked_causal_attention(qb, kb, vb), fused(qb, kb, vb), atol=1e-5))
+print(f"forward + backward: PyTorch's fused kernel {attention_step_ms(fused, qb, kb, vb):.1f} ms, "
+      f"blocked {attention_step_ms(blocked_causal_attention, qb, kb, vb):.1f} ms")
+
+# %% [markdown]
+# Try a longer sequence, a head size of 64, or one KV head per query head, and see where
+# the stored probabilities stop paying (`benchmarks/attention.py --cpu-backends` measures
+# the grid). On a GPU the balance tips back: its fast memory is a few hundred KiB per
+# multiprocessor, and the fused kernel wins.
+#
 # The memory model once more, as a static figure for a 4-head, head-size-64 model:
 
 # %%

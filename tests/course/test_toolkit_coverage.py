@@ -123,8 +123,8 @@ SHOWN_BY_BUILDER = {
 #: is: the lecture or assignment of that number should show it (then delete the line).
 NOT_YET_SHOWN = {
     # The capstone's fast paths (FastGPT's layers, GPTConfig.attention_backend = "sdpa" |
-    # "triton"); the notebooks keep the teaching path (lecture 07 trains a FastGPT),
-    # benchmarks/capstone.py and tests exercise these.
+    # "blocked" | "triton"); the notebooks keep the teaching path (lecture 07 trains a
+    # FastGPT), benchmarks/capstone.py and tests exercise these.
     "check_flash_backward_inputs": "04/07: the Triton backward's input check",
     "TritonFlashAttention": "07: the course's kernels as one autograd Function",
     "triton_attention": "07: the course's kernels as one autograd Function",
@@ -134,6 +134,7 @@ NOT_YET_SHOWN = {
     "resolve_backend": "07: the backend switch of the capstone model",
     "sdpa_attention": "07: the backend switch of the capstone model",
     "triton_causal_attention": "07: the backend switch of the capstone model",
+    "causal_block_mask": "07: the blocked backend's mask of one query block",
     "FastCausalSelfAttention": "07: the capstone model's fast attention layer",
     "fast_twin": "07: how FastGPT swaps each teaching layer for its fused twin",
     "pairs_side_by_side": "07: RoPE on the fast path (a layout helper)",

@@ -1,5 +1,5 @@
-"""Smoke tests for benchmarks/moe.py and benchmarks/decoding.py: they import and run on
-tiny sizes (no timing is asserted; the benchmarks are run by hand)."""
+"""Smoke tests for benchmarks/moe.py, decoding.py and attention.py's CPU backends: they
+import and run on tiny sizes (no timing is asserted; the benchmarks are run by hand)."""
 
 from __future__ import annotations
 
@@ -29,3 +29,15 @@ def test_decoding_benchmark_runs_and_states_behave():
     attention, mamba = results["attention + KV cache"], results["Mamba"]
     assert attention[32][1] == 4 * attention[8][1]  # the KV cache grows with the context
     assert mamba[8][1] == mamba[32][1]  # the SSM state does not
+
+
+def test_attention_cpu_backends_table_runs(capsys):
+    """``benchmarks/attention.py --cpu-backends --quick``: the command line, then a row per
+    length with both backends' times (no timing is asserted)."""
+    _load("attention").main(["--cpu-backends", "--quick"])
+    out = capsys.readouterr().out
+    assert out.startswith("command: python benchmarks/attention.py --cpu-backends --quick")
+    assert "blocked against sdpa" in out
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith("32 ")]
+    assert [row[2] for row in rows] == ["64", "128"]  # d_head 32, H/H_kv 4/2, T
+    assert all(row[6].endswith("x") and row[9].endswith("x") for row in rows)

@@ -1,9 +1,10 @@
 """FastGPT's attention backends compute one function (Triton in the interpreter).
 
-:class:`FastGPT` on ``reference``, ``sdpa`` and ``triton`` and the teaching :class:`GPT`
-with the same weights give the same logits, loss and parameter gradients to float32
+:class:`FastGPT` on ``reference``, ``sdpa``, ``blocked`` and ``triton`` and the teaching
+:class:`GPT` with the same weights give the same logits, loss and parameter gradients to float32
 rounding, for both recipes (GQA, RoPE in both layouts, biases); KV-cache decoding equals
-the full pass with each; ``auto`` never picks the interpreter. Set-up as
+the full pass with each; ``auto`` picks ``blocked`` only where it was measured faster and
+never picks the interpreter. Set-up as
 ``test_triton_kernel.py``: TRITON_INTERPRET is set above every import, and a fresh
 process runs the Triton cases when triton was imported too early in this one. Shapes
 stay tiny (T <= 12, d_head 8) for the interpreter.
@@ -31,7 +32,7 @@ COMPILED = HAS_TRITON and torch.cuda.is_available() and not interpreter_active()
 TRITON_RUNS = HAS_TRITON and (interpreter_active() or COMPILED)
 DEVICE = "cuda" if COMPILED else "cpu"
 _CHILD = "TOOLKIT_MODEL_BACKENDS_TEST_CHILD"
-BACKENDS = ["sdpa", "triton"] if TRITON_RUNS else ["sdpa"]
+BACKENDS = ["sdpa", "blocked", "triton"] if TRITON_RUNS else ["sdpa", "blocked"]
 
 CONFIGS = {
     "modern-gqa": GPTConfig.modern(vocab_size=40, d_model=32, n_layers=2, n_heads=4,
@@ -230,11 +231,22 @@ def test_attention_alignment_is_bottom_right(backend):
 
 
 def test_auto_picks_the_measured_fastest_backend():
+    # On a CPU, blocked for a full causal pass of 128 to 1024 positions in float32/64
+    # (faster than PyTorch's kernel there, benchmarks/attention.py --cpu); sdpa elsewhere.
     # The interpreter is correct but slow; on an H100 sdpa trained the capstone faster.
-    for device, dtype in (("cpu", torch.float32), ("cuda", torch.bfloat16)):
-        assert resolve_backend("auto", torch.device(device), dtype) == "sdpa"
-    for name in ("reference", "sdpa", "triton"):
-        assert resolve_backend(name, torch.device("cpu"), torch.float32) == name
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    for T in (128, 300, 1024):
+        for dtype in (torch.float32, torch.float64):
+            assert resolve_backend("auto", cpu, dtype, T, T) == "blocked"
+    assert resolve_backend("auto", cpu, torch.float32, 64, 64) == "sdpa"  # shorter
+    assert resolve_backend("auto", cpu, torch.float32, 2048, 2048) == "sdpa"  # T^2 memory
+    assert resolve_backend("auto", cpu, torch.float32, 1, 128) == "sdpa"  # decoding step
+    assert resolve_backend("auto", cpu, torch.float32, 100, 228) == "sdpa"  # after a cache
+    assert resolve_backend("auto", cpu, torch.bfloat16, 128, 128) == "sdpa"
+    assert resolve_backend("auto", cpu, torch.float32) == "sdpa"  # shape unknown
+    assert resolve_backend("auto", cuda, torch.bfloat16, 128, 128) == "sdpa"
+    for name in ("reference", "sdpa", "blocked", "triton"):
+        assert resolve_backend(name, cpu, torch.float32, 128, 128) == name
     assert GPTConfig().attention_backend == "auto"
 
 

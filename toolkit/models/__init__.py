@@ -38,7 +38,8 @@ Read in this order:
   the same state dict on fused kernels, built from :mod:`toolkit.models.fused` (norms and
   activations), :mod:`toolkit.models.fast_attention` (:class:`FastCausalSelfAttention`)
   and :mod:`toolkit.models.backends` (``GPTConfig.attention_backend``: the teaching
-  attention, PyTorch's SDPA or the course's Triton kernels).
+  attention, PyTorch's SDPA, the blocked attention of
+  :mod:`toolkit.models.blocked_attention` or the course's Triton kernels).
 
 Shapes: ``idx`` ``(B, T)`` token ids; logits ``(B, T, vocab_size)``; attention
 tensors ``(B, heads, T, d_head)``. Every public name is importable from this

@@ -1,4 +1,4 @@
-"""Attention backends of the capstone GPT: the same causal attention, three ways.
+"""Attention backends of the capstone GPT: the same causal attention, four ways.
 
 ``GPTConfig.attention_backend`` chooses how the attention layer of
 :class:`toolkit.models.FastGPT` (:class:`toolkit.models.FastCausalSelfAttention`) computes
@@ -13,14 +13,19 @@
                 :class:`toolkit.models.GPT` computes it
 ``sdpa``        PyTorch's fused attention, ``F.scaled_dot_product_attention``, with its own
                 grouped-query support (``enable_gqa=True``: no copies of K and V)
+``blocked``     score matrices in blocks of query positions, each only as wide as the
+                keys the block can see, the query heads of a KV head in one product
+                (:mod:`toolkit.models.blocked_attention`); the fastest on a CPU for
+                sequences of a few hundred positions
 ``triton``      the course's FlashAttention kernels, forward and FlashAttention-2
                 backward (:func:`toolkit.kernels.triton_attention`); CUDA, or Triton's
                 interpreter on the CPU (``TRITON_INTERPRET=1``, slow: for tests)
-``auto``        the fastest correct one for the tensors' device (:func:`resolve_backend`):
-                ``sdpa``, as measured on a CPU and on an H100
+``auto``        the fastest correct one for the tensors (:func:`resolve_backend`), as
+                measured: ``blocked`` for a full causal pass of 128 to 1,024 positions on a
+                CPU, ``sdpa`` otherwise
 ==============  ============================================================================
 
-All three compute the same function, equal to float rounding in outputs and gradients
+All four compute the same function, equal to float rounding in outputs and gradients
 (tested): query ``i`` of ``T`` sits at absolute position ``(T_k - T) + i`` and sees keys
 ``j <= (T_k - T) + i``, the bottom-right alignment that makes a KV-cache decoding step
 (``T = 1``) see every cached key.
@@ -35,29 +40,49 @@ from torch import Tensor
 from toolkit.attention import scaled_dot_product_attention
 from toolkit.gqa import repeat_kv
 from toolkit.masks import causal_mask
+from toolkit.models.blocked_attention import blocked_causal_attention
 
 #: The values ``GPTConfig.attention_backend`` accepts.
-ATTENTION_BACKENDS = ("auto", "reference", "sdpa", "triton")
+ATTENTION_BACKENDS = ("auto", "reference", "sdpa", "blocked", "triton")
+
+#: The sequence lengths (queries = keys) for which ``auto`` picks ``blocked`` on a CPU:
+#: below, PyTorch's kernel is as fast or faster (multi-head attention over 64 positions);
+#: above, the probabilities ``blocked`` keeps for the backward grow as ``T^2``.
+BLOCKED_AUTO_LENGTHS = range(128, 1024 + 1)
 
 #: The dtypes the Triton kernels compile for (the interpreter refuses bf16 on its own).
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def resolve_backend(name: str, device: torch.device, dtype: torch.dtype) -> str:
-    """The backend that runs for ``name`` on tensors of ``device`` and ``dtype``.
+def resolve_backend(
+    name: str, device: torch.device, dtype: torch.dtype,
+    queries: int | None = None, keys: int | None = None,
+) -> str:
+    """The backend that runs for ``name`` on ``queries`` queries over ``keys`` keys (unknown:
+    ``None``) of ``device`` and ``dtype``.
 
-    ``"auto"`` is ``"sdpa"`` on every device. On a CPU the Triton kernels only run in
-    the interpreter (correct, far too slow). On an H100, training the capstone in bf16
-    with ``"triton"`` ran at 0.88x (d 128, T 128) and 0.85x (d 512, T 1024) of
-    ``"sdpa"``'s tokens/s (``benchmarks/capstone.py --tables backends``): the course
-    kernels match PyTorch's at long sequences, but not whole steps.
+    ``"auto"`` is ``"blocked"`` on a CPU for a full causal pass (``queries == keys``, the
+    shape of training and of a prompt without a cache) of a length in
+    :data:`BLOCKED_AUTO_LENGTHS`, in float32 or float64: there it trained the capstone
+    faster than PyTorch's fused kernel (``benchmarks/attention.py --cpu`` measures the
+    two per length). Everywhere else ``"auto"`` is ``"sdpa"``. On a CPU the Triton
+    kernels only run in the interpreter (correct, far too slow). On an H100, training the
+    capstone in bf16 with ``"triton"`` ran at 0.88x (d 128, T 128) and 0.85x (d 512,
+    T 1024) of ``"sdpa"``'s tokens/s (``benchmarks/capstone.py --tables backends``): the
+    course kernels match PyTorch's at long sequences, but not whole steps.
     ``benchmarks/step_accounting.py`` counts what such a step does besides the kernels
     (launches, tensor operations, host work). ``"triton"`` stays one word away. Any
     other name is returned as it is.
     """
     if name not in ATTENTION_BACKENDS:
         raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {name!r}")
-    return "sdpa" if name == "auto" else name
+    if name != "auto":
+        return name
+    full_pass = queries is not None and queries == keys
+    if (device.type == "cpu" and dtype in (torch.float32, torch.float64) and full_pass
+            and queries in BLOCKED_AUTO_LENGTHS):
+        return "blocked"
+    return "sdpa"
 
 
 def reference_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -102,7 +127,7 @@ def triton_causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 
 
 _ATTEND = {"reference": reference_attention, "sdpa": sdpa_attention,
-           "triton": triton_causal_attention}
+           "blocked": blocked_causal_attention, "triton": triton_causal_attention}
 
 
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, backend: str = "auto") -> Tensor:
@@ -117,4 +142,5 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, backend: str = "auto") -> 
         ``(B, H, T, D)``: ``softmax(q k^T / sqrt(D) + mask) v`` with query ``i`` seeing
         keys ``j <= (T_k - T) + i``.
     """
-    return _ATTEND[resolve_backend(backend, q.device, q.dtype)](q, k, v)
+    backend = resolve_backend(backend, q.device, q.dtype, q.size(2), k.size(2))
+    return _ATTEND[backend](q, k, v)

@@ -55,9 +55,14 @@ class GPTConfig:
         attention_backend: how :class:`toolkit.models.FastGPT` computes attention (not
             what): ``"reference"`` the teaching code (explicit mask, K/V copied per
             query head); ``"sdpa"`` PyTorch's fused attention with its native GQA;
-            ``"triton"`` the course's FlashAttention kernels, forward and backward;
-            ``"auto"`` (default) the fastest correct one for the device
-            (:func:`toolkit.models.backends.resolve_backend`: ``"sdpa"``, as measured).
+            ``"blocked"`` score matrices by blocks of queries, only the keys each block
+            sees, a KV head's query heads in one product
+            (:mod:`toolkit.models.blocked_attention`); ``"triton"`` the course's
+            FlashAttention kernels, forward and backward; ``"auto"`` (default) the
+            fastest correct one for the tensors
+            (:func:`toolkit.models.backends.resolve_backend`: ``"blocked"`` for a full
+            causal pass of 128 to 1,024 positions on a CPU, ``"sdpa"`` otherwise, as
+            measured).
             :class:`toolkit.models.GPT`, the teaching model, always computes attention
             the teaching way and ignores it. Same parameters and, to float rounding,
             same outputs and gradients whichever is chosen.

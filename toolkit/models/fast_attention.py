@@ -32,8 +32,8 @@ Three things change, none of them the mathematics:
    16-bit dtypes have no complex type: they get the real formula on the same pairs.
 3. **The attention itself** runs on the configured backend
    (:func:`toolkit.models.backends.causal_attention`): PyTorch's fused kernel with
-   native grouped-query attention, or the course's Triton kernels; no K/V copies, no
-   explicit mask unless a chunk follows a cached prefix.
+   native grouped-query attention, the blocked attention (the default for training on a
+   CPU), or the course's Triton kernels; no K/V copies per query head.
 """
 
 from __future__ import annotations
