@@ -231,23 +231,45 @@ def test_attention_alignment_is_bottom_right(backend):
 
 
 def test_auto_picks_the_measured_fastest_backend():
-    # On a CPU, blocked for a full causal pass of 128 to 1024 positions in float32/64
-    # (faster than PyTorch's kernel there, benchmarks/attention.py --cpu); sdpa elsewhere.
-    # The interpreter is correct but slow; on an H100 sdpa trained the capstone faster.
+    # On a CPU, blocked for a full causal pass of 128 (GQA) or 256 (MHA) to 1024 positions
+    # in float32/64 (faster than PyTorch's kernel there, benchmarks/attention.py
+    # --cpu-backends); sdpa elsewhere. The interpreter is correct but slow; on an H100
+    # sdpa trained the capstone faster.
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     for T in (128, 300, 1024):
         for dtype in (torch.float32, torch.float64):
-            assert resolve_backend("auto", cpu, dtype, T, T) == "blocked"
-    assert resolve_backend("auto", cpu, torch.float32, 64, 64) == "sdpa"  # shorter
-    assert resolve_backend("auto", cpu, torch.float32, 2048, 2048) == "sdpa"  # T^2 memory
-    assert resolve_backend("auto", cpu, torch.float32, 1, 128) == "sdpa"  # decoding step
-    assert resolve_backend("auto", cpu, torch.float32, 100, 228) == "sdpa"  # after a cache
-    assert resolve_backend("auto", cpu, torch.bfloat16, 128, 128) == "sdpa"
+            assert resolve_backend("auto", cpu, dtype, T, T, group=2) == "blocked"
+    assert resolve_backend("auto", cpu, torch.float32, 256, 256, group=1) == "blocked"
+    assert resolve_backend("auto", cpu, torch.float32, 128, 128, group=1) == "sdpa"  # MHA
+    assert resolve_backend("auto", cpu, torch.float32, 64, 64, group=2) == "sdpa"  # shorter
+    assert resolve_backend("auto", cpu, torch.float32, 2048, 2048, group=2) == "sdpa"  # T^2
+    assert resolve_backend("auto", cpu, torch.float32, 1, 128, group=2) == "sdpa"  # decoding
+    assert resolve_backend("auto", cpu, torch.float32, 100, 228, group=2) == "sdpa"  # cached
+    assert resolve_backend("auto", cpu, torch.bfloat16, 128, 128, group=2) == "sdpa"
     assert resolve_backend("auto", cpu, torch.float32) == "sdpa"  # shape unknown
-    assert resolve_backend("auto", cuda, torch.bfloat16, 128, 128) == "sdpa"
+    assert resolve_backend("auto", cuda, torch.bfloat16, 128, 128, group=2) == "sdpa"
     for name in ("reference", "sdpa", "blocked", "triton"):
         assert resolve_backend(name, cpu, torch.float32, 128, 128) == name
     assert GPTConfig().attention_backend == "auto"
+
+
+def test_auto_reaches_blocked_through_the_model():
+    """A modern FastGPT (2 KV heads) training on 128 positions on a CPU runs the blocked
+    Function; at 64 positions it does not."""
+    from toolkit.models.blocked_attention import _BlockedCausalAttention
+
+    config = GPTConfig.modern(vocab_size=40, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2,
+                              max_seq_len=128)
+    model = FastGPT(config)
+    for T, uses_blocked in ((128, True), (64, False)):
+        _, loss = model(tokens(1, T), tokens(1, T, seed=3))
+        seen, todo = {}, [loss.grad_fn]  # the backward graph's nodes, by id
+        while todo:
+            fn = todo.pop()
+            if fn is not None and id(fn) not in seen:
+                seen[id(fn)] = type(fn).__name__
+                todo.extend(next_fn for next_fn, _ in fn.next_functions)
+        assert (f"{_BlockedCausalAttention.__name__}Backward" in seen.values()) == uses_blocked, T
 
 
 def test_bad_backend_names_the_field():

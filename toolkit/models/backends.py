@@ -21,8 +21,8 @@
                 backward (:func:`toolkit.kernels.triton_attention`); CUDA, or Triton's
                 interpreter on the CPU (``TRITON_INTERPRET=1``, slow: for tests)
 ``auto``        the fastest correct one for the tensors (:func:`resolve_backend`), as
-                measured: ``blocked`` for a full causal pass of 128 to 1,024 positions on a
-                CPU, ``sdpa`` otherwise
+                measured: ``blocked`` for a full causal pass of a few hundred positions on
+                a CPU (:data:`BLOCKED_AUTO_LENGTHS`), ``sdpa`` otherwise
 ==============  ============================================================================
 
 All four compute the same function, equal to float rounding in outputs and gradients
@@ -45,10 +45,11 @@ from toolkit.models.blocked_attention import blocked_causal_attention
 #: The values ``GPTConfig.attention_backend`` accepts.
 ATTENTION_BACKENDS = ("auto", "reference", "sdpa", "blocked", "triton")
 
-#: The sequence lengths (queries = keys) for which ``auto`` picks ``blocked`` on a CPU:
-#: below, PyTorch's kernel is as fast or faster (multi-head attention over 64 positions);
-#: above, the probabilities ``blocked`` keeps for the backward grow as ``T^2``.
-BLOCKED_AUTO_LENGTHS = range(128, 1024 + 1)
+#: The sequence lengths (queries = keys) for which ``auto`` picks ``blocked`` on a CPU, with
+#: grouped query heads (GQA, MQA) and with one KV head per query head (MHA). Shorter, and
+#: for multi-head attention at 128, PyTorch's kernel trains as fast or faster; longer, the
+#: probabilities ``blocked`` keeps for the backward grow as ``T^2`` and its lead shrinks.
+BLOCKED_AUTO_LENGTHS = {"grouped": range(128, 1024 + 1), "multi-head": range(256, 1024 + 1)}
 
 #: The dtypes the Triton kernels compile for (the interpreter refuses bf16 on its own).
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -56,31 +57,32 @@ _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 def resolve_backend(
     name: str, device: torch.device, dtype: torch.dtype,
-    queries: int | None = None, keys: int | None = None,
+    queries: int | None = None, keys: int | None = None, group: int = 1,
 ) -> str:
     """The backend that runs for ``name`` on ``queries`` queries over ``keys`` keys (unknown:
-    ``None``) of ``device`` and ``dtype``.
+    ``None``) of ``device`` and ``dtype``, ``group`` query heads sharing each KV head.
 
     ``"auto"`` is ``"blocked"`` on a CPU for a full causal pass (``queries == keys``, the
     shape of training and of a prompt without a cache) of a length in
-    :data:`BLOCKED_AUTO_LENGTHS`, in float32 or float64: there it trained the capstone
-    faster than PyTorch's fused kernel (``benchmarks/attention.py --cpu`` measures the
-    two per length). Everywhere else ``"auto"`` is ``"sdpa"``. On a CPU the Triton
-    kernels only run in the interpreter (correct, far too slow). On an H100, training the
-    capstone in bf16 with ``"triton"`` ran at 0.88x (d 128, T 128) and 0.85x (d 512,
-    T 1024) of ``"sdpa"``'s tokens/s (``benchmarks/capstone.py --tables backends``): the
-    course kernels match PyTorch's at long sequences, but not whole steps.
-    ``benchmarks/step_accounting.py`` counts what such a step does besides the kernels
-    (launches, tensor operations, host work). ``"triton"`` stays one word away. Any
-    other name is returned as it is.
+    :data:`BLOCKED_AUTO_LENGTHS`, in float32 or float64: there it trained faster than
+    PyTorch's fused kernel (``benchmarks/attention.py --cpu-backends`` measures the two
+    per length, head size and grouping). Everywhere else ``"auto"`` is ``"sdpa"``. On a
+    CPU the Triton kernels only run in the interpreter (correct, far too slow). On an
+    H100, training the capstone in bf16 with ``"triton"`` ran at 0.88x (d 128, T 128)
+    and 0.85x (d 512, T 1024) of ``"sdpa"``'s tokens/s (``benchmarks/capstone.py
+    --tables backends``): the course kernels match PyTorch's at long sequences, but not
+    whole steps. ``benchmarks/step_accounting.py`` counts what such a step does besides
+    the kernels (launches, tensor operations, host work). ``"triton"`` stays one word
+    away. Any other name is returned as it is.
     """
     if name not in ATTENTION_BACKENDS:
         raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {name!r}")
     if name != "auto":
         return name
+    lengths = BLOCKED_AUTO_LENGTHS["grouped" if group > 1 else "multi-head"]
     full_pass = queries is not None and queries == keys
     if (device.type == "cpu" and dtype in (torch.float32, torch.float64) and full_pass
-            and queries in BLOCKED_AUTO_LENGTHS):
+            and queries in lengths):
         return "blocked"
     return "sdpa"
 
@@ -142,5 +144,6 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, backend: str = "auto") -> 
         ``(B, H, T, D)``: ``softmax(q k^T / sqrt(D) + mask) v`` with query ``i`` seeing
         keys ``j <= (T_k - T) + i``.
     """
-    backend = resolve_backend(backend, q.device, q.dtype, q.size(2), k.size(2))
+    group = q.size(1) // k.size(1)  # query heads per KV head
+    backend = resolve_backend(backend, q.device, q.dtype, q.size(2), k.size(2), group)
     return _ATTEND[backend](q, k, v)

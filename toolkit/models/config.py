@@ -61,7 +61,7 @@ class GPTConfig:
             FlashAttention kernels, forward and backward; ``"auto"`` (default) the
             fastest correct one for the tensors
             (:func:`toolkit.models.backends.resolve_backend`: ``"blocked"`` for a full
-            causal pass of 128 to 1,024 positions on a CPU, ``"sdpa"`` otherwise, as
+            causal pass of a few hundred positions on a CPU, ``"sdpa"`` otherwise, as
             measured).
             :class:`toolkit.models.GPT`, the teaching model, always computes attention
             the teaching way and ignores it. Same parameters and, to float rounding,
