@@ -210,8 +210,9 @@ def bench_cpu_interpreter(quick: bool) -> None:
 
 def bench_cpu_backends(quick: bool) -> None:
     """``blocked`` against ``sdpa`` on the CPU, as the capstone's attention layer calls
-    them: q, k, v strided views of one joint projection, causal, 4 query heads; thread
-    CPU time, the two backends taking turns, the median of the repeats."""
+    them: q, k, v strided views of one joint projection, causal, 4 query heads; the two
+    backends taking turns, the median of the repeats, timed by the thread's CPU time on
+    one thread and by the wall clock on more (worker threads' time is not the caller's)."""
     import statistics
 
     from toolkit.models.backends import causal_attention
@@ -220,6 +221,9 @@ def bench_cpu_backends(quick: bool) -> None:
     heads = ((4, 2),) if quick else ((4, 4), (4, 2))
     head_sizes = (32,) if quick else (32, 64)
     repeats = 5 if quick else 11
+    threads = torch.get_num_threads()
+    clock, timed_by = (time.thread_time, "thread CPU time") if threads == 1 else (
+        time.perf_counter, "wall clock")
     rows = []
     for D in head_sizes:
         for H, H_kv in heads:
@@ -242,9 +246,9 @@ def bench_cpu_backends(quick: bool) -> None:
                     run(*key)  # warm-up
                 for _ in range(repeats):
                     for key, spent in times.items():
-                        start = time.thread_time()
+                        start = clock()
                         run(*key)
-                        spent.append(time.thread_time() - start)
+                        spent.append(clock() - start)
                 ms = {key: statistics.median(v) * 1e3 for key, v in times.items()}
                 rows.append([D, f"{H}/{H_kv}", T, B,
                              f"{ms['sdpa', True]:.2f}", f"{ms['blocked', True]:.2f}",
@@ -252,9 +256,9 @@ def bench_cpu_backends(quick: bool) -> None:
                              f"{ms['sdpa', False]:.2f}", f"{ms['blocked', False]:.2f}",
                              f"{ms['sdpa', False] / ms['blocked', False]:.2f}x"])
     print_table(
-        f"Causal attention on the CPU, blocked against sdpa: ms per call "
-        f"({torch.get_num_threads()} thread(s), median of {repeats}, taking turns; "
-        "B x T = 2,048 tokens; q, k, v views of one projection)",
+        f"Causal attention on the CPU, blocked against sdpa: ms per call ({threads} "
+        f"thread(s), {timed_by}, median of {repeats}, taking turns; B x T = 2,048 tokens; "
+        "q, k, v views of one projection)",
         ["d_head", "H/H_kv", "T", "B", "fwd+bwd sdpa", "fwd+bwd blocked", "speed-up",
          "fwd sdpa", "fwd blocked", "speed-up"],
         rows,
@@ -306,6 +310,8 @@ def main(argv=None) -> None:
     parser.add_argument("--cpu", action="store_true", help="run the CPU report even on a GPU")
     parser.add_argument("--cpu-backends", action="store_true",
                         help="only the CPU table of the blocked and sdpa backends")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="--cpu-backends: torch threads (times are then wall clock)")
     parser.add_argument("--seq", default="1024,2048,4096,8192,16384", help="GPU: sequence lengths")
     parser.add_argument("--dtypes", default="fp16,bf16", help="GPU: fp16, bf16, fp32")
     parser.add_argument("--no-check", action="store_true", help="GPU: skip the correctness check")
@@ -319,7 +325,7 @@ def main(argv=None) -> None:
     print(f"torch {torch.__version__}, CUDA: {USE_CUDA}, "
           f"triton interpreter: {HAS_TRITON and interpreter_active()}")
     if args.cpu_backends:
-        torch.set_num_threads(1)  # as the capstone's CPU races
+        torch.set_num_threads(args.threads)  # 1 by default, as the capstone's CPU races
         bench_cpu_backends(args.quick)
     elif USE_CUDA:
         bench_gpu(args)
