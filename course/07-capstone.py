@@ -224,7 +224,9 @@ for group in optimizer.param_groups:
 #
 # We train `FastGPT`, not `GPT`: the same model (the same state dict, key for key, and
 # the same outputs to float rounding) with every layer on a fused kernel: one matrix for
-# q, k and v, RoPE from a precomputed table, PyTorch's fused attention, one-kernel norms.
+# q, k and v, RoPE from a precomputed table, the attention backend measured fastest for
+# the shapes (PyTorch's fused attention at this length; lecture 04 shows the CPU's other
+# one), one-kernel norms.
 # `GPT` is the one to read; `FastGPT` the one to train, and a checkpoint of one loads into
 # the other.
 

@@ -151,9 +151,10 @@ PARTS = {
         Concept("A mini-GPT: config, causal self-attention, the model, a static KV cache",
                 ("toolkit.models.config", "toolkit.models.attention", "toolkit.models.gpt",
                  "toolkit.models.kv_cache", "toolkit.models.parameters"), ("07-capstone",)),
-        Concept("The mini-GPT's fast paths: FastGPT, SDPA, Triton, fused layers",
-                ("toolkit.models.fast_gpt", "toolkit.models.backends",
-                 "toolkit.models.fast_attention", "toolkit.models.fused"), ("07-capstone",)),
+        Concept("The mini-GPT's fast paths: FastGPT, SDPA, blocked attention, Triton, fused "
+                "layers", ("toolkit.models.fast_gpt", "toolkit.models.backends",
+                           "toolkit.models.blocked_attention", "toolkit.models.fast_attention",
+                           "toolkit.models.fused"), ("04-flash-attention", "07-capstone")),
         Concept("Sampling: temperature, top-k, top-p", ("toolkit.generate.sampling",), (),
                 ("sampling_playground",)),
         Concept("Decoding: greedy, sampled, beam search", ("toolkit.generate.decoding",),
