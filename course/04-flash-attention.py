@@ -258,15 +258,17 @@ def fused(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
 
-print("same output:", torch.allclose(blocked_causal_attention(qb, kb, vb), fused(qb, kb, vb), atol=1e-5))
+same = torch.allclose(blocked_causal_attention(qb, kb, vb), fused(qb, kb, vb), atol=1e-5)
+print("same output:", same)
 print(f"forward + backward: PyTorch's fused kernel {attention_step_ms(fused, qb, kb, vb):.1f} ms, "
       f"blocked {attention_step_ms(blocked_causal_attention, qb, kb, vb):.1f} ms")
 
 # %% [markdown]
 # Try a longer sequence, a head size of 64, or one KV head per query head, and see where
 # the stored probabilities stop paying (`benchmarks/attention.py --cpu-backends` measures
-# the grid). On a GPU the balance tips back: its fast memory is a few hundred KiB per
-# multiprocessor, and the fused kernel wins.
+# the grid). A GPU's fast memory is a few hundred KiB per multiprocessor: there the
+# probabilities do not fit, which is the case FlashAttention was built for, and `FastGPT`
+# keeps PyTorch's fused kernel.
 #
 # The memory model once more, as a static figure for a 4-head, head-size-64 model:
 
