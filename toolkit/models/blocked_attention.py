@@ -58,6 +58,8 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
+from toolkit.masks import causal_mask, mask_to_additive
+
 #: Query positions per block: of 16, 32, 48 and 64, 32 trained the capstone fastest on a
 #: CPU (smaller blocks skip more of the masked scores but run more, smaller products).
 BLOCK_SIZE = 32
@@ -74,10 +76,8 @@ def causal_block_mask(
     even under ``torch.inference_mode``, so that a mask made while generating can serve a
     later training step."""
     with torch.inference_mode(False), torch.no_grad():
-        t = torch.arange(rows, device=device)[:, None] + first_position
-        j = torch.arange(cols, device=device)[None, :]
-        mask = torch.zeros(rows, cols, device=device, dtype=dtype).masked_fill_(j > t, -math.inf)
-        return mask.repeat_interleave(group, dim=0)
+        allowed = causal_mask(rows, cols, offset=first_position, device=device)
+        return mask_to_additive(allowed, dtype).repeat_interleave(group, dim=0)
 
 
 class _BlockedCausalAttention(torch.autograd.Function):
