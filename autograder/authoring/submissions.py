@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import nullcontext
 from pathlib import Path
@@ -211,14 +212,15 @@ def write_submissions(
     students: dict[str, dict],
     workers: int | None = None,
     progress: bool = True,
+    prepare: Collection[str] | None = None,
 ) -> None:
     """Hand in ``students`` (id -> notebook id -> notebook, or raw bytes for a broken file).
 
     Every notebook is written first; then, if the assignment names a ``prepare`` script,
-    it runs for each submission that is not degenerate, ``workers`` at a time (default:
-    the cores; each run is its own process), with a progress bar on stderr. Trained
-    checkpoints are kept in the checkpoint cache between calls
-    (:func:`.prepare_checkpoint.checkpoint_cache_dir`).
+    it runs for each submission of ``prepare`` (default: every one that is not
+    degenerate), ``workers`` at a time (default: the cores; each run is its own
+    process), with a progress bar on stderr. Trained checkpoints are kept in the
+    checkpoint cache between calls (:func:`.prepare_checkpoint.checkpoint_cache_dir`).
     """
     for student, notebooks in students.items():
         folder = course.path("submitted", student, spec.name)
@@ -230,7 +232,9 @@ def write_submissions(
             else:
                 nbformat.write(nb, target)
     # A degenerate submission hands in nothing besides its notebook.
-    to_prepare = [s for s in students if s not in DEGENERATE] if spec.prepare else []
+    if prepare is None:
+        prepare = [s for s in students if s not in DEGENERATE]
+    to_prepare = [s for s in students if s in prepare] if spec.prepare else []
     if not to_prepare:
         return
     cache = checkpoint_cache_dir()

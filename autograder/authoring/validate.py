@@ -9,6 +9,14 @@ it and whether the diagnosis named it. A
 reference that loses points is followed by each failed check's message, so the cause
 (a check that expects another machine's numbers, a library that fails in the sandbox)
 shows without grading it again by hand.
+
+An assignment whose students hand in files besides the notebook (a trained checkpoint)
+names a ``prepare`` script that makes them for each made submission. Where
+``prepare_read_by`` says which grade cells read those files, only the submissions graded
+on one of them are prepared (a mutant of another exercise is graded without its files,
+on cells that never open them), and the reference is graded once more without its files
+(``reference-no-files``): it must lose points on each of those cells and keep every
+other point, which is what makes leaving the others unprepared sound.
 """
 
 from __future__ import annotations
@@ -19,7 +27,44 @@ from pathlib import Path
 from ..grading.grade import grade
 from ..reports.report import collect
 from ..workspace.course import Course
-from .submissions import make_class, write_submissions
+from .submissions import DEGENERATE, make_class, write_submissions
+
+#: The reference handed in without the files ``prepare`` makes (see the module's text).
+UNPREPARED = "reference-no-files"
+
+
+def validation_submissions(course: Course, spec) -> dict[str, dict]:
+    """The made submissions ``validate`` grades: :func:`make_class`'s, and
+    :data:`UNPREPARED` where the assignment sets ``prepare_read_by``."""
+    students = make_class(course, spec)
+    if spec.prepare and spec.prepare_read_by:
+        students[UNPREPARED] = students["reference"]
+    return students
+
+
+def prepared_for_validation(spec, students) -> list[str]:
+    """The made submissions whose ``prepare`` run is needed: the reference and the stub
+    (graded whole), and the mutants graded on a cell of ``prepare_read_by``; every one
+    but the degenerate where ``prepare_read_by`` is unset."""
+    read_by = set(spec.prepare_read_by)
+    focus = mutant_focus(spec)
+    return [s for s in students
+            if s not in DEGENERATE and s != UNPREPARED
+            and (not read_by or s not in focus or read_by & set(focus[s]))]
+
+
+def run_validation(course: Course, name: str, *, workers: int | None = None, log=print,
+                   progress: bool = True) -> list[dict]:
+    """Release ``name`` in ``course``, make and grade its submissions; the rows of
+    :func:`expectations`."""
+    course.release(name)
+    spec = course.spec(name)
+    students = validation_submissions(course, spec)
+    write_submissions(course, spec, students, workers=workers, progress=progress,
+                      prepare=prepared_for_validation(spec, students))
+    grade(course, name, workers=workers, force=True, log=log, progress=progress,
+          focus=mutant_focus(spec))
+    return expectations(spec, collect(course, name))
 
 
 def mutant_focus(spec) -> dict[str, tuple[str, ...]]:
@@ -50,6 +95,17 @@ def expectations(spec, records: list[dict]) -> list[dict]:
     constant = by_student.get("constant")
     row("constant", "zero (constant answers of the right shape)",
         constant and constant["score"] == 0, _score(constant) + _passes(constant))
+    unprepared = by_student.get(UNPREPARED)
+    if unprepared is not None:
+        read_by = list(spec.prepare_read_by)
+        kept = [g for g in read_by if _full(unprepared, g)]
+        lost = [g for g in unprepared["exercises"] if g not in read_by and not _full(unprepared, g)]
+        row(UNPREPARED, f"loses points on {', '.join(read_by)} alone (prepare_read_by)",
+            not kept and not lost,
+            _score(unprepared, read_by)
+            + (f"; NOT lost on {', '.join(kept)}: do its checks read the files?" if kept else "")
+            + (f"; ALSO lost on {', '.join(lost)}: add them to prepare_read_by" if lost else ""),
+            _why(unprepared) if lost else ())
     for mutant in spec.mutants:
         student = f"mutant-{mutant.name}"
         rec = by_student.get(student)
@@ -82,6 +138,12 @@ def expectations(spec, records: list[dict]) -> list[dict]:
             + diagnosis,
         )
     return rows
+
+
+def _full(rec, cell) -> bool:
+    """Whether ``rec`` kept every point of grade cell ``cell``."""
+    exercise = rec["exercises"].get(cell, {})
+    return exercise.get("score", 0) >= exercise.get("max_score", 0)
 
 
 def _score(rec, cells=None) -> str:
@@ -137,11 +199,7 @@ def validate(names: list[str], workers: int | None = None, log=print, course_dir
             + ("" if course_dir else " (deleted afterwards)"))
         course.init()
         for name in names:
-            spec = course.spec(name)
-            course.release(name)
-            write_submissions(course, spec, make_class(course, spec), workers=workers)
-            grade(course, name, workers=workers, force=True, log=log, focus=mutant_focus(spec))
-            rows = expectations(spec, collect(course, name))
+            rows = run_validation(course, name, workers=workers, log=log)
             log(f"\nvalidate {name}:")
             width = max(len(r["student"]) for r in rows)
             for r in rows:

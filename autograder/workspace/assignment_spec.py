@@ -77,6 +77,12 @@ class AssignmentSpec:
     #: folder as working directory, e.g. to train and save the checkpoint a student would
     #: hand in next to the notebook. See :func:`autograder.authoring.submissions.run_prepare`.
     prepare: str | None = None
+    #: The grade cells whose hidden checks read the files ``prepare`` writes. ``validate``
+    #: grades a named mutant on the cells it breaks only, so it runs ``prepare`` (trains)
+    #: only for the mutants that break one of these; and it grades the reference without
+    #: those files, which must lose points on each of these cells and on no other. Unset,
+    #: every made submission is prepared.
+    prepare_read_by: list[str] = dataclasses.field(default_factory=list)
     #: ``[leaderboard]``: rank the checkpoints students hand in on a held-out text, and
     #: retrain the top ones (opt-in; see :mod:`autograder.reports.leaderboard`).
     leaderboard: dict | None = None
@@ -115,6 +121,9 @@ class AssignmentSpec:
                 "relative to the assignment folder")
         if spec.prepare is not None and not (path / spec.prepare).is_file():
             raise CourseError(f"{toml_path}: prepare script {spec.prepare} not found in {path}")
+        if spec.prepare_read_by and spec.prepare is None:
+            raise CourseError(f"{toml_path}: prepare_read_by names the cells that read what "
+                              "the prepare script writes, but no prepare script is set")
         return spec
 
     def source_text(self, notebook: str) -> str:
