@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from toolkit.ffn import ACTIVATIONS, FeedForward, SwiGLU
 from toolkit.models.fused import (
@@ -133,12 +134,45 @@ def test_silu_gate_backward_is_the_derivative():
 
 
 def test_swiglu_input_backward_is_the_derivative():
-    """The hand-written backward of silu(x W_g^T) * (x W_u^T) (one dL/dx tensor) against
-    finite differences, in float64, with a batch axis as the model has."""
+    """The hand-written backward of silu(x W_g^T) * (x W_u^T) (one dL/dx tensor) in float64,
+    with a batch axis as the model has: against autograd's derivative of the formula, and
+    against central differences along random directions. (Not ``gradcheck``: the backward
+    overwrites what it saved, so one forward runs backward once; see the next test.)"""
     from toolkit.models.fused import _SwiGLUInputFunction
 
     g = torch.Generator().manual_seed(3)
     x = torch.randn(2, 3, 5, dtype=torch.float64, generator=g).requires_grad_()
     w_gate, w_up = (torch.randn(7, 5, dtype=torch.float64, generator=g).requires_grad_()
                     for _ in range(2))
-    assert torch.autograd.gradcheck(_SwiGLUInputFunction.apply, (x, w_gate, w_up))
+    r = torch.randn(2, 3, 7, dtype=torch.float64, generator=g)  # L = sum(h r)
+    inputs = (x, w_gate, w_up)
+    got = torch.autograd.grad((_SwiGLUInputFunction.apply(*inputs) * r).sum(), inputs)
+    formula = (F.silu(x @ w_gate.t()) * (x @ w_up.t()) * r).sum()
+    for mine, want in zip(got, torch.autograd.grad(formula, inputs)):
+        torch.testing.assert_close(mine, want, rtol=1e-12, atol=1e-12)
+
+    def loss(*args):
+        with torch.no_grad():
+            return float((_SwiGLUInputFunction.apply(*args) * r).sum())
+
+    eps = 1e-6
+    for i, grad in enumerate(got):
+        for _ in range(3):
+            v = torch.randn(inputs[i].shape, dtype=torch.float64, generator=g)
+            plus = [t.detach() + eps * v if j == i else t.detach() for j, t in enumerate(inputs)]
+            minus = [t.detach() - eps * v if j == i else t.detach() for j, t in enumerate(inputs)]
+            numeric = (loss(*plus) - loss(*minus)) / (2 * eps)
+            assert abs(numeric - float((grad * v).sum())) < 1e-7 * max(1.0, abs(numeric))
+
+
+def test_swiglu_input_backward_runs_once_per_forward():
+    """Its backward writes the gradients over the products it saved: a second backward of
+    the same graph raises PyTorch's in-place error instead of using overwritten values."""
+    from toolkit.models.fused import _SwiGLUInputFunction
+
+    x = torch.randn(2, 3, 5, requires_grad=True)
+    w_gate, w_up = torch.randn(7, 5, requires_grad=True), torch.randn(7, 5, requires_grad=True)
+    loss = _SwiGLUInputFunction.apply(x, w_gate, w_up).square().sum()
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()

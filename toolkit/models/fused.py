@@ -17,7 +17,8 @@ teaching             fused
 ``gelu_exact``       ``F.gelu(x)``
 ``SwiGLU``           the gate ``silu(g) * u`` as :class:`_SiLUGateFunction`; without
                      biases, with its two input products as
-                     :class:`_SwiGLUInputFunction` (one tensor for ``dL/dx``)
+                     :class:`_SwiGLUInputFunction` (one tensor for ``dL/dx``; the
+                     gradients written over its saved products)
 ===================  =============================================================
 
 (Joining SwiGLU's gate and up projections into one product was measured slower on a
@@ -169,7 +170,14 @@ class _SwiGLUInputFunction(torch.autograd.Function):
         dL/dx = dL/dg W_gate + dL/du W_up        (one tensor, written twice)
         dL/dW_gate = (dL/dg)^T x,  dL/dW_up = (dL/du)^T x
 
-    with ``dL/dg`` and ``dL/du`` from the gate as in :class:`_SiLUGateFunction`. No biases
+    with ``dL/dg`` and ``dL/du`` from the gate as in :class:`_SiLUGateFunction`, but written
+    over ``u`` and ``g``: this Function made them, nothing else holds them, and the
+    backward reads each for the last time as it overwrites it. So the backward writes no
+    new ``(..., d_ff)`` tensor at all (fresh memory is what such a pass pays for most on
+    a CPU, see :class:`_SiLUGateFunction`). The price: the graph can be run backward once
+    (a training step's ``loss.backward()``); a second pass (``retain_graph=True``,
+    ``gradcheck``) raises PyTorch's error about a tensor "modified by an inplace
+    operation". No biases
     (the modern recipe has none; :class:`FusedSwiGLU` takes the layers' path with them).
     """
 
@@ -183,9 +191,9 @@ class _SwiGLUInputFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_h: Tensor):
         x, w_gate, w_up, g, u = ctx.saved_tensors
-        d_u = F.silu(g).mul_(d_h)  # dL/du = dh silu(g)
-        d_g = torch.mul(d_h, u)  # dh u, then times silu'(g) in place:
+        d_g = u.mul_(d_h)  # dh u over u, then times silu'(g) in place:
         torch.ops.aten.silu_backward.grad_input(d_g, g, grad_input=d_g)
+        d_u = F.silu(g, inplace=True).mul_(d_h)  # dL/du = dh silu(g), over g
         x2, d_g2, d_u2 = x.flatten(0, -2), d_g.flatten(0, -2), d_u.flatten(0, -2)  # N rows
         d_x = torch.mm(d_g2, w_gate).addmm_(d_u2, w_up)  # dg W_gate + du W_up, one tensor
         return d_x.view_as(x), d_g2.t() @ x2, d_u2.t() @ x2
