@@ -177,8 +177,8 @@ class _SwiGLUInputFunction(torch.autograd.Function):
     a CPU, see :class:`_SiLUGateFunction`). The price: the graph can be run backward once
     (a training step's ``loss.backward()``); a second pass (``retain_graph=True``,
     ``gradcheck``) raises PyTorch's error about a tensor "modified by an inplace
-    operation". No biases
-    (the modern recipe has none; :class:`FusedSwiGLU` takes the layers' path with them).
+    operation". No biases (the modern recipe has none; :class:`FusedSwiGLU` takes the
+    layers' path with them).
     """
 
     @staticmethod
