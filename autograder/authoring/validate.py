@@ -112,12 +112,7 @@ def expectations(spec, records: list[dict]) -> list[dict]:
         if rec is None:
             row(student, f"loses points on {', '.join(mutant.breaks)}", False, "not graded")
             continue
-        missed = [
-            g
-            for g in mutant.breaks
-            if rec["exercises"].get(g, {}).get("score", 0)
-            >= rec["exercises"].get(g, {}).get("max_score", 0)
-        ]
+        missed = [g for g in mutant.breaks if _full(rec, g)]
         caught_by = sorted({f["check"] for f in rec["failed_checks"]})
         named = sorted({d["grade_cell"] for d in rec.get("diagnoses", [])
                         if d["mutant"] == mutant.name})
